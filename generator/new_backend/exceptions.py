@@ -1,0 +1,36 @@
+"""Every error the generator raises on purpose. The CLI turns each into one line."""
+
+
+class NewBackendError(Exception):
+    """Base class: a known problem with the user's input or environment."""
+
+    exit_code = 1
+
+
+class InvalidAnswer(NewBackendError):
+    """A backend name, op list, device list or implementation that cannot be used."""
+
+    exit_code = 2
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"invalid {field}: {message}")
+        self.field = field
+        self.reason = message
+
+
+class TargetExists(NewBackendError):
+    """The output folder already exists and --force was not given."""
+
+
+class OutputDirError(NewBackendError):
+    """The output directory cannot hold the project (not a folder, not writable)."""
+
+
+class AnswersFileError(NewBackendError):
+    """A --from-answers file that cannot be read or is not a new-backend answers file."""
+
+    exit_code = 2
+
+
+class TemplateError(NewBackendError):
+    """Rendering the template failed; nothing was written to the target."""

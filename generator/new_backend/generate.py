@@ -1,0 +1,158 @@
+"""Render the template into a new project: the one function everything calls.
+
+The render happens in a staging folder beside the target, which is renamed into
+place only when it is complete; an existing target is moved aside (never
+deleted) when ``force`` is given. cookiecutter's replay file and cache go to a
+temporary folder, never to ``$HOME``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from cookiecutter.exceptions import CookiecutterException
+from cookiecutter.main import cookiecutter
+
+from new_backend.exceptions import AnswersFileError, OutputDirError, TargetExists, TemplateError
+from new_backend.validate import DEFAULT_DEVICES, DEFAULT_NAME, DEFAULT_OPS, Answers
+
+ANSWERS_FILE = ".new-backend.json"
+
+
+def template_dir() -> Path:
+    """The cookiecutter template: inside the package when installed, at the repo top otherwise."""
+    packaged = Path(__file__).with_name("template")
+    if (packaged / "cookiecutter.json").is_file():
+        return packaged
+    checkout = Path(__file__).resolve().parents[2] / "template"
+    if (checkout / "cookiecutter.json").is_file():
+        return checkout
+    raise TemplateError(f"the template is missing (looked in {packaged} and {checkout})")
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    """What :func:`generate_project` did (or, for a dry run, would do)."""
+
+    answers: Answers
+    target: Path
+    files: tuple[str, ...]
+    backup: Path | None = None
+    dry_run: bool = False
+
+
+def generate_project(
+    backend_name: str = DEFAULT_NAME,
+    ops: str | list[str] | tuple[str, ...] = DEFAULT_OPS,
+    devices: str | list[str] | tuple[str, ...] = DEFAULT_DEVICES,
+    impl: str = "dummy",
+    output_dir: str | os.PathLike[str] = ".",
+    force: bool = False,
+    dry_run: bool = False,
+) -> GenerationResult:
+    """Generate the project for one backend into ``output_dir/backend_name``.
+
+    Everything is validated before anything is written. Raises a
+    :class:`~new_backend.exceptions.NewBackendError` subclass on bad input.
+    """
+    answers = Answers.checked(backend_name, ops, devices, impl)
+    output_dir = Path(output_dir)
+    target = output_dir / answers.backend_name
+    _check_output_dir(output_dir)
+    if (target.exists() or target.is_symlink()) and not force:
+        raise TargetExists(
+            f"{target} already exists; use --force to replace it "
+            "(the existing folder is moved aside, not deleted)"
+        )
+
+    if dry_run:
+        with tempfile.TemporaryDirectory(prefix="new-backend-dry-run-") as scratch:
+            files = _list_files(_render(answers, Path(scratch)))
+        return GenerationResult(answers, target, files, dry_run=True)
+
+    output_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{answers.backend_name}.staging-", dir=output_dir))
+    try:
+        rendered = _render(answers, staging)
+        files = _list_files(rendered)
+        backup = None
+        if target.exists() or target.is_symlink():
+            backup = _backup_path(target)
+            target.rename(backup)
+        try:
+            rendered.rename(target)
+        except OSError:
+            if backup is not None:
+                backup.rename(target)
+            raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)  # our own scratch folder, never the user's
+    return GenerationResult(answers, target, files, backup=backup)
+
+
+def read_answers(path: str | os.PathLike[str]) -> dict:
+    """Load a ``.new-backend.json`` file written into every generated project."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise AnswersFileError(f"cannot read answers file {path}: {e}") from None
+    keys = {"backend_name", "ops", "devices", "impl"}
+    if not isinstance(data, dict) or not keys <= data.keys():
+        raise AnswersFileError(
+            f"{path} is not a new-backend answers file (it needs {', '.join(sorted(keys))})"
+        )
+    return {k: data[k] for k in keys}
+
+
+def _check_output_dir(output_dir: Path) -> None:
+    probe = output_dir
+    while not probe.exists():
+        if probe.is_symlink():
+            raise OutputDirError(f"output directory {output_dir}: {probe} is a broken link")
+        probe = probe.parent
+    if not probe.is_dir():
+        raise OutputDirError(f"output directory {output_dir}: {probe} is not a folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise OutputDirError(f"output directory {output_dir}: {probe} is not writable")
+
+
+def _render(answers: Answers, dest: Path) -> Path:
+    """Render the template into ``dest/<backend_name>`` and return that path."""
+    with tempfile.TemporaryDirectory(prefix="new-backend-cookiecutter-") as home:
+        config = Path(home, "config.yaml")
+        config.write_text(
+            f"cookiecutters_dir: {json.dumps(str(Path(home, 'cookiecutters')))}\n"
+            f"replay_dir: {json.dumps(str(Path(home, 'replay')))}\n",
+            encoding="utf-8",
+        )
+        try:
+            project = cookiecutter(
+                str(template_dir()),
+                no_input=True,
+                extra_context=answers.cookiecutter_context(),
+                output_dir=str(dest),
+                config_file=str(config),
+            )
+        except CookiecutterException as e:
+            raise TemplateError(f"rendering the template failed: {e}") from e
+    return Path(project)
+
+
+def _list_files(root: Path) -> tuple[str, ...]:
+    return tuple(sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()))
+
+
+def _backup_path(target: Path) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    candidate = target.with_name(f"{target.name}.backup-{stamp}")
+    n = 1
+    while candidate.exists() or candidate.is_symlink():
+        candidate = target.with_name(f"{target.name}.backup-{stamp}-{n}")
+        n += 1
+    return candidate

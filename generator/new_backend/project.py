@@ -1,0 +1,95 @@
+"""What the template needs to know about one project: names derived from the answers.
+
+The cookiecutter extension (template/local_extensions.py) builds a
+:class:`Project` from the cookiecutter context, so plain ``cookiecutter
+template/`` renders exactly what ``new-backend`` renders.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from new_backend import __version__
+from new_backend.catalogue import Op, load_catalogue
+from new_backend.validate import Answers
+
+
+@dataclass(frozen=True)
+class Project:
+    """A validated set of answers plus every name the template derives from them."""
+
+    answers: Answers
+
+    @classmethod
+    def from_context(cls, context: dict) -> Project:
+        """Build from cookiecutter's context (comma-separated strings)."""
+        return cls(
+            Answers.checked(
+                backend_name=context["backend_name"],
+                ops=context["ops"],
+                devices=context["devices"],
+                impl=context["impl"],
+            )
+        )
+
+    @property
+    def name(self) -> str:
+        """The backend name given to ``init_process_group`` (``dummy``)."""
+        return self.answers.backend_name
+
+    @property
+    def camel(self) -> str:
+        """The C++ class suffix: ``my_rdma`` becomes ``MyRdma``."""
+        return "".join(part.capitalize() for part in self.name.split("_"))
+
+    @property
+    def package(self) -> str:
+        """The Python package and C++ namespace (``dummy_collectives``)."""
+        return f"{self.name}_collectives"
+
+    @property
+    def distribution(self) -> str:
+        """The pip distribution name (``dummy-collectives``)."""
+        return f"{self.name.replace('_', '-')}-collectives"
+
+    @property
+    def backend_class(self) -> str:
+        return f"Backend{self.camel}"
+
+    @property
+    def work_class(self) -> str:
+        return f"Work{self.camel}"
+
+    @property
+    def macro(self) -> str:
+        """Prefix for this project's preprocessor macros (``DUMMY``)."""
+        return self.name.upper()
+
+    @property
+    def ops(self) -> tuple[Op, ...]:
+        return load_catalogue().ordered(self.answers.ops)
+
+    @property
+    def op_names(self) -> tuple[str, ...]:
+        return self.answers.ops
+
+    @property
+    def missing_ops(self) -> tuple[Op, ...]:
+        """Catalogue ops this project does not implement."""
+        return tuple(op for op in load_catalogue().ops if op.name not in self.answers.ops)
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        return self.answers.devices
+
+    @property
+    def impl(self) -> str:
+        return self.answers.impl
+
+    @property
+    def generator_version(self) -> str:
+        return __version__
+
+    def has(self, op_name: str) -> bool:
+        """Whether the project implements the op called ``op_name``."""
+        return op_name in self.answers.ops
