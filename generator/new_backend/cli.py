@@ -37,7 +37,35 @@ def _list_ops(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     ctx.exit(0)
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+class OneLineErrors(click.Command):
+    """A click command that reports every known error as one line, without a traceback.
+
+    Usage errors keep click's exit code 2, without the usage text; errors the
+    generator raises on purpose exit with their own code (2 for bad input).
+    """
+
+    def main(self, args=None, prog_name=None, standalone_mode=True, **extra):
+        try:
+            status = super().main(args, prog_name, standalone_mode=False, **extra)
+        except click.exceptions.Exit as e:
+            sys.exit(e.exit_code)
+        except click.UsageError as e:
+            self._fail(e.format_message(), e.exit_code)
+        except click.ClickException as e:
+            self._fail(e.format_message(), e.exit_code)
+        except click.Abort:
+            self._fail("aborted", 1)
+        except NewBackendError as e:
+            self._fail(str(e), e.exit_code)
+        sys.exit(status if isinstance(status, int) else 0)
+
+    @staticmethod
+    def _fail(message: str, code: int) -> None:
+        click.echo(f"Error: {' '.join(message.split())}", err=True)
+        sys.exit(code)
+
+
+@click.command(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("name", type=BACKEND_NAME, required=False)
 @click.option(
     "--ops",
@@ -129,17 +157,4 @@ def _report(result: GenerationResult) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``new-backend`` command."""
-    try:
-        status = cli.main(args=argv, prog_name="new-backend", standalone_mode=False)
-    except click.exceptions.Exit as e:
-        sys.exit(e.exit_code)
-    except click.UsageError as e:
-        click.echo(f"Error: {e.format_message()}", err=True)
-        sys.exit(e.exit_code)
-    except click.Abort:
-        click.echo("Aborted.", err=True)
-        sys.exit(1)
-    except NewBackendError as e:
-        click.echo(f"Error: {e}", err=True)
-        sys.exit(e.exit_code)
-    sys.exit(status if isinstance(status, int) else 0)
+    cli.main(args=argv, prog_name="new-backend")

@@ -140,7 +140,8 @@ def _render(answers: Answers, dest: Path) -> Path:
                 config_file=str(config),
             )
         except CookiecutterException as e:
-            raise TemplateError(f"rendering the template failed: {e}") from e
+            reason = str(e).split(". Context:")[0]  # cookiecutter appends the whole context
+            raise TemplateError(f"rendering the template failed: {reason}") from e
     return Path(project)
 
 
