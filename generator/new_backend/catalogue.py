@@ -46,9 +46,14 @@ class Op:
     returns: str
     dummy: str
     test: str
+    store: str = ""
     aliases: tuple[str, ...] = ()
     renamed: Rename | None = None
     op_type_renamed: Rename | None = None
+
+    def body_for(self, impl: str) -> str:
+        """The C++ body of this op in ops.cpp for an implementation (dummy, store...)."""
+        return getattr(self, impl)
 
     @property
     def spellings(self) -> tuple[str, ...]:

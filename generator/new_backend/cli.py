@@ -81,7 +81,8 @@ class OneLineErrors(click.Command):
 @click.option(
     "--impl",
     type=click.Choice(IMPLEMENTATIONS),
-    help="What the ops do: 'dummy' zeroes outputs (the tutorial's backend). [default: dummy]",
+    help="What the ops do: 'dummy' zeroes outputs (the tutorial's backend); 'store' is a "
+    "working reference implementation of every op over the c10d Store. [default: dummy]",
 )
 @click.option(
     "-o",

@@ -44,7 +44,7 @@ CPP_KEYWORDS = frozenset(
 
 DEVICES = ("cpu", "cuda")
 DEFAULT_DEVICES = ("cpu", "cuda")
-IMPLEMENTATIONS = ("dummy",)
+IMPLEMENTATIONS = ("dummy", "store")
 DEFAULT_NAME = "dummy"
 DEFAULT_OPS = ("allreduce", "allgather")
 

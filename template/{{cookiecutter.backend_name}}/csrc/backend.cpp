@@ -443,7 +443,7 @@ void {{ p.work_class }}::run() {
     error = backendError(describe() + ": timed out after " + std::to_string(timeout_.count()) + " ms before it could start");
   } else {
     try {
-      const OpContext ctx{*group_, op_, seq_, deadline_};
+      const OpContext ctx{*group_, op_, seq_, deadline_, timeout_};
       body_(ctx, *this);
     } catch (...) {
       error = backendError(describe() + " failed: " + errorMessage(std::current_exception()));
@@ -548,6 +548,10 @@ std::shared_ptr<Group> makeGroup(const c10d::DistributedBackendOptions& options)
       group->globalRanks.push_back(rank);
     }
   }
+{%- if p.impl == "store" %}
+  TORCH_CHECK(options.store, "Backend {{ p.name }}: torch.distributed passed no store");
+  group->exchange = std::make_shared<StoreExchange>(options.store);
+{%- endif %}
   return group;
 }
 
@@ -573,6 +577,9 @@ const std::string {{ p.backend_class }}::getBackendName() const {
 
 void {{ p.backend_class }}::shutdown() {
   group_->aborted.store(true);
+{%- if p.impl == "store" %}
+  group_->exchange->abort();  // wakes an op blocked on the store
+{%- endif %}
   queue_.stop();
 }
 

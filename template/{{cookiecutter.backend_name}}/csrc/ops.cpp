@@ -6,11 +6,20 @@
 // your communication library and keep the signatures; the plumbing in
 // backend.cpp does the rest: queueing, futures, timeouts and errors.
 //
+{%- if p.impl == "dummy" %}
 // As generated, this is the dummy backend of PyTorch's tutorial: every output
 // is zeroed and nothing is sent.
+{%- elif p.impl == "store" %}
+// As generated, this is a reference implementation that works everywhere
+// torch.distributed does: every collective is built from a few exchanges
+// through the group's c10d Store (see store_exchange.hpp). It is correct for
+// every op, dtype and reduction, and slow: all data passes through the
+// store's server. Use it as the expected behaviour while you write your own.
+{%- endif %}
 #include "ops.hpp"
 
 namespace {{ p.package }} {
+{%- if p.impl == "dummy" %}
 
 bool supportsDtype(c10::ScalarType /* dtype */) {
   return true;  // The dummy only zeroes tensors, which works for every dtype.
@@ -19,13 +28,155 @@ bool supportsDtype(c10::ScalarType /* dtype */) {
 bool supportsReduction(Reduction /* op */, c10::ScalarType /* dtype */) {
   return true;  // The dummy reduces nothing.
 }
+{%- elif p.impl == "store" %}
+
+bool supportsDtype(c10::ScalarType dtype) {
+  // Anything with a fixed size per element travels through the store.
+  return !c10::isQIntType(dtype) && !c10::isBitsType(dtype);
+}
+
+bool supportsReduction(Reduction op, c10::ScalarType dtype) {
+  if (c10::isFloat8Type(dtype) || c10::isBarebonesUnsignedType(dtype)) {
+    return false;  // no CPU arithmetic for these
+  }
+  switch (op) {
+    case Reduction::kBand:
+    case Reduction::kBor:
+    case Reduction::kBxor:
+      return c10::isIntegralType(dtype, /*includeBool=*/true);
+    case Reduction::kAvg:
+      return c10::isFloatingType(dtype) || c10::isComplexType(dtype);
+    case Reduction::kMin:
+    case Reduction::kMax:
+      return !c10::isComplexType(dtype);
+    default:
+      return true;
+  }
+}
+
+// Helpers of the reference implementation (inline: a backend with few ops
+// does not use them all).
+namespace {
+
+inline StoreExchange& exchange(const OpContext& ctx) {
+  return *ctx.group.exchange;
+}
+
+// Reduces one tensor per rank, in rank order, so every rank that reduces the
+// same tensors gets the same bits.
+inline at::Tensor reduceAll(const std::vector<at::Tensor>& tensors, Reduction op) {
+  at::Tensor result = tensors.front().clone(at::MemoryFormat::Contiguous);
+  for (size_t i = 1; i < tensors.size(); ++i) {
+    const at::Tensor& x = tensors[i];
+    switch (op) {
+      case Reduction::kSum:
+      case Reduction::kAvg:
+        result.add_(x);
+        break;
+      case Reduction::kProduct:
+        result.mul_(x);
+        break;
+      case Reduction::kMin:
+        result = result.minimum(x);
+        break;
+      case Reduction::kMax:
+        result = result.maximum(x);
+        break;
+      case Reduction::kBand:
+        result.bitwise_and_(x);
+        break;
+      case Reduction::kBor:
+        result.bitwise_or_(x);
+        break;
+      case Reduction::kBxor:
+        result.bitwise_xor_(x);
+        break;
+    }
+  }
+  if (op == Reduction::kAvg) {
+    result.div_(static_cast<int64_t>(tensors.size()));
+  }
+  return result;
+}
+
+// Elements per row of dimension 0 (what all_to_all_single splits count).
+inline int64_t rowNumel(const at::Tensor& tensor) {
+  int64_t n = 1;
+  for (int64_t d = 1; d < tensor.dim(); ++d) {
+    n *= tensor.size(d);
+  }
+  return n;
+}
+
+// Cuts `tensor`, flattened, into consecutive pieces of `counts` elements.
+inline std::vector<at::Tensor> splitPieces(
+    const at::Tensor& tensor,
+    const std::vector<int64_t>& counts) {
+  const at::Tensor flat = tensor.reshape(-1);
+  std::vector<at::Tensor> pieces;
+  int64_t offset = 0;
+  for (int64_t count : counts) {
+    pieces.push_back(flat.narrow(0, offset, count));
+    offset += count;
+  }
+  return pieces;
+}
+
+// Writes `pieces` one after the other into `out`, seen flat.
+inline void copyPieces(at::Tensor& out, const std::vector<at::Tensor>& pieces) {
+  at::Tensor flat = out.is_contiguous() ? out.view(-1) : out.new_empty({out.numel()});
+  int64_t offset = 0;
+  for (const at::Tensor& piece : pieces) {
+    flat.narrow(0, offset, piece.numel()).copy_(piece.reshape(-1));
+    offset += piece.numel();
+  }
+  if (!out.is_contiguous()) {
+    out.copy_(flat.view(out.sizes()));
+  }
+}
+
+// The tensors, one after the other, in one flat buffer.
+inline at::Tensor flatten(const std::vector<at::Tensor>& tensors) {
+  int64_t total = 0;
+  for (const at::Tensor& t : tensors) {
+    total += t.numel();
+  }
+  at::Tensor flat = tensors.front().new_empty({total});
+  copyPieces(flat, tensors);
+  return flat;
+}
+
+// Copies a flat buffer made by flatten() back into the tensors.
+inline void unflatten(const at::Tensor& flat, std::vector<at::Tensor>& tensors) {
+  int64_t offset = 0;
+  for (at::Tensor& t : tensors) {
+    t.copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));
+    offset += t.numel();
+  }
+}
+
+// Reduce-scatter of one flat tensor: rank r keeps the r-th chunk of the result.
+inline void reduceScatterFlat(
+    const OpContext& ctx,
+    at::Tensor& output,
+    const at::Tensor& input,
+    Reduction op) {
+  const std::vector<int64_t> counts(ctx.group.size, output.numel());
+  const std::vector<at::Tensor> chunks = splitPieces(input, counts);
+  output.copy_(reduceAll(exchange(ctx).alltoall(ctx, chunks, counts), op).view(output.sizes()));
+}
+
+} // namespace
+{%- endif %}
 
 namespace ops {
 {% for op in p.ops %}
 // {{ op.summary }}
 {{ op.returns }} {{ op.name }}(const OpContext& ctx{{ ", " ~ op.body if op.body }}) {
+{%- if p.impl == "dummy" %}
   // Your library's {{ op.name }} goes here.
-  {{ op.dummy | indent(2) }}
+{%- endif %}
+  {{ op.body_for(p.impl) | indent(2) }}
 }
 {% endfor %}
 } // namespace ops

@@ -14,8 +14,13 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
+{%- if p.impl == "store" %}
+
+#include "store_exchange.hpp"
+{%- endif %}
 
 namespace {{ p.package }} {
 
@@ -34,14 +39,19 @@ struct Group {
   std::vector<int64_t> globalRanks;  // global rank of each rank of the group
   std::string id;                    // torch.distributed's name for the group
   std::atomic<bool> aborted{false};  // set when the group is destroyed
+{%- if p.impl == "store" %}
+  // Moves tensors between the ranks through the group's c10d Store.
+  std::shared_ptr<StoreExchange> exchange;
+{%- endif %}
 };
 
 // One op, as its body sees it.
 struct OpContext {
   const Group& group;
   const char* op;  // the op's name, e.g. "allreduce"
-  uint64_t seq;    // the op's number in its group: the same on every rank
+  uint64_t seq;    // the op's number among this group's ops on this rank
   std::chrono::steady_clock::time_point deadline;  // give up after this
+  std::chrono::milliseconds timeout;               // the op's timeout
 
   // True once the op should give up: its deadline passed or the group was
   // destroyed. Check it while waiting for peers.
@@ -65,7 +75,6 @@ namespace ops {
 {% for op in p.ops %}
 // {{ op.summary }}
 {{ op.returns }} {{ op.name }}(const OpContext& ctx{{ ", " ~ op.body if op.body }});
-{%- endfor %}
-
+{% endfor %}
 } // namespace ops
 } // namespace {{ p.package }}
