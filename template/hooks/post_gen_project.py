@@ -8,11 +8,14 @@ from pathlib import Path
 
 IMPL = {{ cookiecutter.impl | tojson }}
 
+# Files that only some implementations use.
 ONLY_FOR = {
-    "store": ["csrc/store_exchange.hpp", "csrc/store_exchange.cpp"],
+    "csrc/store_exchange.hpp": {"store"},
+    "csrc/store_exchange.cpp": {"store"},
+    "tests/test_failures.py": {"store"},
+    "tests/test_matrix.py": {"store"},
 }
 
-for impl, paths in ONLY_FOR.items():
-    if impl != IMPL:
-        for path in paths:
-            Path(path).unlink()
+for path, impls in ONLY_FOR.items():
+    if IMPL not in impls:
+        Path(path).unlink()

@@ -188,7 +188,9 @@ std::vector<at::Tensor> StoreExchange::allgather(const OpContext& ctx, const at:
   dropWhenAllRead(collectiveKey(ctx, "read"), size, all);
   std::vector<at::Tensor> result;
   for (int r = 0, i = 0; r < size; ++r) {
-    result.push_back(r == me ? tensor : decode(std::move(blobs[i++]), tensor, tensor.numel(), r));
+    result.push_back(
+        r == me ? tensor
+                : decode(std::move(blobs[i++]), tensor, tensor.numel(), r).view(tensor.sizes()));
   }
   return result;
 }
@@ -222,7 +224,9 @@ std::vector<at::Tensor> StoreExchange::gather(
   }
   std::vector<at::Tensor> result;
   for (int r = 0, i = 0; r < size; ++r) {
-    result.push_back(r == me ? tensor : decode(std::move(blobs[i++]), tensor, tensor.numel(), r));
+    result.push_back(
+        r == me ? tensor
+                : decode(std::move(blobs[i++]), tensor, tensor.numel(), r).view(tensor.sizes()));
   }
   return result;
 }

@@ -39,11 +39,11 @@ class StoreExchange {
   StoreExchange& operator=(const StoreExchange&) = delete;
 
   // Every rank sends `tensor` to every other rank. Returns each rank's tensor,
-  // in rank order; this rank's entry is `tensor` itself.
+  // shaped like `tensor`, in rank order; this rank's entry is `tensor` itself.
   std::vector<at::Tensor> allgather(const OpContext& ctx, const at::Tensor& tensor);
 
-  // Every rank sends `tensor` to `root`. Returns each rank's tensor, in rank
-  // order, on the root, and nothing elsewhere.
+  // Every rank sends `tensor` to `root`. Returns each rank's tensor, shaped
+  // like `tensor`, in rank order, on the root, and nothing elsewhere.
   std::vector<at::Tensor> gather(const OpContext& ctx, const at::Tensor& tensor, int root);
 
   // The root's `tensor` is copied into `tensor` on every other rank.
