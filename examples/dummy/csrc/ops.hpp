@@ -1,0 +1,71 @@
+// The interface between the backend's plumbing and its collectives.
+//
+// backend.cpp checks every call on the caller's thread, queues it, and runs it
+// on the backend's worker thread by calling one of the functions declared
+// here. ops.cpp defines them: that is where your library's calls go.
+//
+// This header includes nothing from c10d, only <ATen/core/Tensor.h>, so ops.cpp
+// rebuilds in seconds and does not change when c10d's Backend class does.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dummy_collectives {
+
+// The reduction of a reducing collective: c10d::ReduceOp without its headers.
+enum class Reduction { kSum, kAvg, kProduct, kMin, kMax, kBand, kBor, kBxor };
+
+// The name torch.distributed gives a reduction ("SUM", "AVG", ...).
+const char* reductionName(Reduction op);
+
+// The process group an op runs in. The backend creates one and shares it with
+// every op it runs; only `aborted` ever changes.
+struct Group {
+  std::string backend;               // the name registered with torch.distributed
+  int rank = 0;                      // this process's rank in the group
+  int size = 1;                      // number of ranks in the group
+  std::vector<int64_t> globalRanks;  // global rank of each rank of the group
+  std::string id;                    // torch.distributed's name for the group
+  std::atomic<bool> aborted{false};  // set when the group is destroyed
+};
+
+// One op, as its body sees it.
+struct OpContext {
+  const Group& group;
+  const char* op;  // the op's name, e.g. "allreduce"
+  uint64_t seq;    // the op's number in its group: the same on every rank
+  std::chrono::steady_clock::time_point deadline;  // give up after this
+
+  // True once the op should give up: its deadline passed or the group was
+  // destroyed. Check it while waiting for peers.
+  bool expired() const {
+    return group.aborted.load(std::memory_order_relaxed) ||
+        std::chrono::steady_clock::now() > deadline;
+  }
+};
+
+// The element types and reductions this backend handles. They are checked on
+// the caller's thread before an op is queued, so a bad call fails at once.
+bool supportsDtype(c10::ScalarType dtype);
+bool supportsReduction(Reduction op, c10::ScalarType dtype);
+
+// The collectives. Each runs on the backend's worker thread, one at a time, in
+// the order they were called, after the plumbing checked its arguments: ranks
+// are ranks of the group and in range, and tensor counts, dtypes and sizes
+// match what the op needs on this rank. Throw (TORCH_CHECK) to fail the op;
+// the message reaches the caller as a RuntimeError naming the backend and op.
+namespace ops {
+
+// Reduces the tensor of every rank; every rank gets the result.
+void allreduce(const OpContext& ctx, at::Tensor& tensor, Reduction op);
+// Gathers the tensor of every rank into a list on every rank.
+void allgather(const OpContext& ctx, std::vector<at::Tensor>& outputs, const at::Tensor& input);
+
+} // namespace ops
+} // namespace dummy_collectives

@@ -1,0 +1,32 @@
+"""The "dummy" backend for torch.distributed.
+
+Importing this package registers the backend::
+
+    import torch.distributed as dist
+    import dummy_collectives  # noqa: F401
+
+    dist.init_process_group("dummy", rank=rank, world_size=world_size)
+"""
+
+import torch  # noqa: F401  (loads libtorch before the extension)
+import torch.distributed as dist
+
+from . import _C
+
+__version__ = "0.1.0"
+
+#: The name to pass to ``torch.distributed.init_process_group``.
+BACKEND_NAME = "dummy"
+#: The devices the backend is registered for.
+DEVICES = ["cpu", "cuda"]
+#: The collectives the backend implements; every other one raises a RuntimeError.
+OPS = [
+    "allreduce",
+    "allgather",
+]
+#: Whether this build handles CUDA tensors.
+WITH_CUDA = _C.WITH_CUDA
+
+dist.Backend.register_backend(
+    BACKEND_NAME, _C.create_backend, extended_api=True, devices=DEVICES
+)

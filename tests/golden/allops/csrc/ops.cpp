@@ -1,0 +1,157 @@
+// The collectives of the "allops" backend: the file you edit.
+//
+// Each function runs on the backend's worker thread with checked arguments
+// (see ops.hpp for what is guaranteed). Replace each body with a call into
+// your communication library and keep the signatures; the plumbing in
+// backend.cpp does the rest: queueing, futures, timeouts and errors.
+//
+// As generated, this is the dummy backend of PyTorch's tutorial: every output
+// is zeroed and nothing is sent.
+#include "ops.hpp"
+
+namespace allops_collectives {
+
+bool supportsDtype(c10::ScalarType /* dtype */) {
+  return true;  // The dummy only zeroes tensors, which works for every dtype.
+}
+
+bool supportsReduction(Reduction /* op */, c10::ScalarType /* dtype */) {
+  return true;  // The dummy reduces nothing.
+}
+
+namespace ops {
+
+// Copies the root's tensor into the tensor of every rank.
+void broadcast(const OpContext& ctx, at::Tensor& tensor, int root) {
+  // Your library's broadcast goes here.
+  tensor.zero_();
+}
+
+// Reduces the tensor of every rank; every rank gets the result.
+void allreduce(const OpContext& ctx, at::Tensor& tensor, Reduction op) {
+  // Your library's allreduce goes here.
+  tensor.zero_();
+}
+
+// All-reduces several tensors as one operation.
+void allreduce_coalesced(const OpContext& ctx, std::vector<at::Tensor>& tensors, Reduction op) {
+  // Your library's allreduce_coalesced goes here.
+  for (at::Tensor& tensor : tensors) {
+    tensor.zero_();
+  }
+}
+
+// Reduces the tensor of every rank into the root's tensor.
+void reduce(const OpContext& ctx, at::Tensor& tensor, Reduction op, int root) {
+  // Your library's reduce goes here.
+  tensor.zero_();
+}
+
+// Gathers the tensor of every rank into a list on every rank.
+void allgather(const OpContext& ctx, std::vector<at::Tensor>& outputs, const at::Tensor& input) {
+  // Your library's allgather goes here.
+  for (at::Tensor& output : outputs) {
+    output.zero_();
+  }
+}
+
+// Gathers the tensor of every rank into one flat tensor on every rank.
+void _allgather_base(const OpContext& ctx, at::Tensor& output, const at::Tensor& input) {
+  // Your library's _allgather_base goes here.
+  output.zero_();
+}
+
+// All-gathers several tensors as one operation.
+void allgather_coalesced(const OpContext& ctx, std::vector<std::vector<at::Tensor>>& outputs, const std::vector<at::Tensor>& inputs) {
+  // Your library's allgather_coalesced goes here.
+  for (std::vector<at::Tensor>& fromRank : outputs) {
+    for (at::Tensor& output : fromRank) {
+      output.zero_();
+    }
+  }
+}
+
+// Runs several flat all-gathers as one operation.
+void allgather_into_tensor_coalesced(const OpContext& ctx, std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& inputs) {
+  // Your library's allgather_into_tensor_coalesced goes here.
+  for (at::Tensor& output : outputs) {
+    output.zero_();
+  }
+}
+
+// Gathers the tensor of every rank into a list on the root.
+void gather(const OpContext& ctx, std::vector<at::Tensor>& outputs, const at::Tensor& input, int root) {
+  // Your library's gather goes here.
+  for (at::Tensor& output : outputs) {
+    output.zero_();
+  }
+}
+
+// Sends the root's i-th tensor to rank i.
+void scatter(const OpContext& ctx, at::Tensor& output, const std::vector<at::Tensor>& inputs, int root) {
+  // Your library's scatter goes here.
+  output.zero_();
+}
+
+// Reduces the i-th tensor of every rank into the output of rank i.
+void reduce_scatter(const OpContext& ctx, at::Tensor& output, const std::vector<at::Tensor>& inputs, Reduction op) {
+  // Your library's reduce_scatter goes here.
+  output.zero_();
+}
+
+// Reduces one flat tensor of every rank; rank i keeps the i-th chunk.
+void _reduce_scatter_base(const OpContext& ctx, at::Tensor& output, const at::Tensor& input, Reduction op) {
+  // Your library's _reduce_scatter_base goes here.
+  output.zero_();
+}
+
+// Runs several flat reduce-scatters as one operation.
+void reduce_scatter_tensor_coalesced(const OpContext& ctx, std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& inputs, Reduction op) {
+  // Your library's reduce_scatter_tensor_coalesced goes here.
+  for (at::Tensor& output : outputs) {
+    output.zero_();
+  }
+}
+
+// Every rank sends a slice of one flat tensor to every rank (splits may be uneven).
+void alltoall_base(const OpContext& ctx, at::Tensor& output, const at::Tensor& input, const std::vector<int64_t>& outputSplits, const std::vector<int64_t>& inputSplits) {
+  // Your library's alltoall_base goes here.
+  output.zero_();
+}
+
+// Every rank sends its i-th tensor to rank i.
+void alltoall(const OpContext& ctx, std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& inputs) {
+  // Your library's alltoall goes here.
+  for (at::Tensor& output : outputs) {
+    output.zero_();
+  }
+}
+
+// Sends the tensor to one peer, matched by tag.
+void send(const OpContext& ctx, const at::Tensor& tensor, int dst, int tag) {
+  // Your library's send goes here.
+  // The dummy sends nothing: the send completes at once.
+}
+
+// Receives a tensor from one peer, matched by tag.
+void recv(const OpContext& ctx, at::Tensor& tensor, int src, int tag) {
+  // Your library's recv goes here.
+  tensor.zero_();
+}
+
+// Receives a tensor from whichever peer sends first with the tag.
+int recvAnysource(const OpContext& ctx, at::Tensor& tensor, int tag) {
+  // Your library's recvAnysource goes here.
+  tensor.zero_();
+  // The dummy pretends the message came from the next rank.
+  return (ctx.group.rank + 1) % ctx.group.size;
+}
+
+// Returns once every rank has entered it.
+void barrier(const OpContext& ctx) {
+  // Your library's barrier goes here.
+  // The dummy synchronises nothing: the barrier completes at once.
+}
+
+} // namespace ops
+} // namespace allops_collectives

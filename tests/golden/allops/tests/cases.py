@@ -1,0 +1,429 @@
+"""Test cases, run on every rank of a harness.Cluster.
+
+Each case calls torch.distributed the way a user would and compares the result
+with an expectation computed here, independently of any backend. The per-op
+cases come from new-backend's catalogue of collectives.
+
+The dummy backend zeroes every output instead of communicating, so
+``ctx.check`` asserts zeros of the expected shape and dtype; replace
+``REAL = False`` with ``True`` once the ops really communicate and the same
+cases check real results.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+
+import torch
+import torch.distributed as dist
+from harness import BACKEND, Skip
+
+#: The ops the backend implements.
+OPS = {
+    "broadcast",
+    "allreduce",
+    "allreduce_coalesced",
+    "reduce",
+    "allgather",
+    "_allgather_base",
+    "allgather_coalesced",
+    "allgather_into_tensor_coalesced",
+    "gather",
+    "scatter",
+    "reduce_scatter",
+    "_reduce_scatter_base",
+    "reduce_scatter_tensor_coalesced",
+    "alltoall_base",
+    "alltoall",
+    "send",
+    "recv",
+    "recvAnysource",
+    "barrier",
+}
+#: Whether the backend really communicates (False: the tutorial's dummy semantics).
+REAL = False
+
+_GROUPS: dict[tuple[int, ...], object] = {}
+
+
+def subgroup(ranks: tuple[int, ...]):
+    """The process group of ``ranks``, created once (every rank must take part)."""
+    if ranks not in _GROUPS:
+        _GROUPS[ranks] = dist.new_group(list(ranks))
+    return _GROUPS[ranks]
+
+
+class Ctx:
+    """What a case knows: who this rank is, what to send, what to expect."""
+
+    def __init__(
+        self,
+        dtype: str = "float32",
+        op: str = "SUM",
+        root_index: int = 0,
+        async_op: bool = False,
+        n: int = 10,
+        group_ranks: tuple[int, ...] | None = None,
+        noncontiguous: bool = False,
+    ):
+        self.rank = dist.get_rank()
+        self.group = None
+        self.ranks = list(range(dist.get_world_size()))
+        if group_ranks is not None:
+            group = subgroup(tuple(group_ranks))
+            if self.rank not in group_ranks:
+                raise _NotMember
+            self.group = group
+            self.ranks = list(group_ranks)
+        self.world = len(self.ranks)
+        self.index = self.ranks.index(self.rank)
+        self.root = self.ranks[root_index % self.world]
+        self.dtype = getattr(torch, dtype)
+        self.op = getattr(dist.ReduceOp, op)
+        self.async_op = async_op
+        self.n = n
+        self.noncontiguous = noncontiguous
+        self.real = REAL
+        self.ops = OPS
+
+    @property
+    def next_rank(self) -> int:
+        return self.ranks[(self.index + 1) % self.world]
+
+    @property
+    def prev_rank(self) -> int:
+        return self.ranks[(self.index - 1) % self.world]
+
+    # -- data ---------------------------------------------------------------
+
+    def _layout(self, t: torch.Tensor) -> torch.Tensor:
+        if not self.noncontiguous:
+            return t
+        strided = torch.zeros(t.numel(), 2, dtype=t.dtype)[:, 0]  # every other element
+        strided.copy_(t)
+        return strided
+
+    def data(self, rank: int, shift: int = 0, n: int | None = None) -> torch.Tensor:
+        """What ``rank`` sends: small integers (exact in every dtype), varying with rank and shift."""
+        n = self.n if n is None else n
+        values = (torch.arange(n) + 3 * rank + 5 * shift) % 3 + 1
+        if self.dtype == torch.bool:
+            values = values % 2
+        return self._layout(values.to(self.dtype))
+
+    def empty(self, n: int | None = None) -> torch.Tensor:
+        """An output tensor, filled with a value no op produces."""
+        n = self.n if n is None else n
+        fill = True if self.dtype == torch.bool else 7
+        return self._layout(torch.full((n,), fill, dtype=self.dtype))
+
+    def reduce(self, tensors: list[torch.Tensor]) -> torch.Tensor:
+        """The reduction of ``tensors`` with ``self.op``, computed in a wide type."""
+        wide = torch.float64 if self.dtype.is_floating_point else torch.int64
+        xs = [t.to(wide) for t in tensors]
+        op = self.op
+        if op == dist.ReduceOp.SUM:
+            result = functools.reduce(torch.add, xs)
+        elif op == dist.ReduceOp.AVG:
+            result = functools.reduce(torch.add, xs) / len(xs)
+        elif op == dist.ReduceOp.PRODUCT:
+            result = functools.reduce(torch.mul, xs)
+        elif op == dist.ReduceOp.MIN:
+            result = functools.reduce(torch.minimum, xs)
+        elif op == dist.ReduceOp.MAX:
+            result = functools.reduce(torch.maximum, xs)
+        elif op == dist.ReduceOp.BAND:
+            result = functools.reduce(torch.bitwise_and, xs)
+        elif op == dist.ReduceOp.BOR:
+            result = functools.reduce(torch.bitwise_or, xs)
+        elif op == dist.ReduceOp.BXOR:
+            result = functools.reduce(torch.bitwise_xor, xs)
+        else:
+            raise ValueError(f"no expectation for {op}")
+        return result.to(self.dtype)
+
+    def check(self, actual: torch.Tensor, expected: torch.Tensor) -> None:
+        """``actual`` is ``expected`` (for the dummy: zeros shaped like ``expected``)."""
+        assert actual.shape == expected.shape, f"shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+        assert actual.dtype == expected.dtype, f"dtype {actual.dtype} != {expected.dtype}"
+        if not self.real:
+            assert not actual.any(), f"{BACKEND} should zero its outputs, got {actual}"
+            return
+        if self.dtype.is_floating_point:
+            loose = self.dtype in (torch.float16, torch.bfloat16)
+            torch.testing.assert_close(
+                actual, expected, rtol=1e-2 if loose else 1e-5, atol=1e-2 if loose else 1e-6
+            )
+        else:
+            assert torch.equal(actual, expected), f"got {actual}, expected {expected}"
+
+    # -- calling torch.distributed -----------------------------------------------
+
+    def api(self, *names: str):
+        """The first of ``names`` this torch.distributed has (names change across releases)."""
+        for name in names:
+            if hasattr(dist, name):
+                return getattr(dist, name)
+        raise AttributeError(f"torch.distributed has none of {names}")
+
+    def finish(self, handle) -> None:
+        """Checks what a call returned: nothing when synchronous, a finished handle otherwise."""
+        if not self.async_op:
+            assert handle is None, f"a synchronous call returned {handle!r}"
+            return
+        assert handle is not None, "an async_op=True call returned no handle"
+        if isinstance(handle, torch._C.Future):  # some calls return a bare future
+            handle.wait()
+            assert handle.done()
+            return
+        future = handle.get_future()
+        assert handle.wait() is True
+        assert handle.is_completed() and handle.is_success()
+        assert handle.exception() is None
+        assert future.done()
+        future.value()  # raises if the op failed
+
+    def call(self, fn, *args, **kwargs) -> None:
+        """Calls a collective with this case's group and async_op, and finishes it."""
+        kwargs.setdefault("group", self.group)
+        kwargs.setdefault("async_op", self.async_op)
+        self.finish(fn(*args, **kwargs))
+
+    def p2p(self, blocking, nonblocking, *args, **kwargs) -> None:
+        """send/recv have no async_op: use isend/irecv for async cases."""
+        kwargs.setdefault("group", self.group)
+        if self.async_op:
+            self.finish(nonblocking(*args, **kwargs))
+        else:
+            blocking(*args, **kwargs)
+
+    def coalesced(self, issue) -> None:
+        """Issues collectives inside torch.distributed's coalescing manager."""
+        with dist._coalescing_manager(group=self.group, async_ops=self.async_op) as manager:
+            issue()
+        if self.async_op:
+            manager.wait()
+
+    def ring_exchange(self, tag: int) -> None:
+        """Every rank sends to the next and receives from the previous one."""
+        out = self.empty()
+        works = [
+            dist.isend(self.data(self.rank), self.next_rank, group=self.group, tag=tag),
+            dist.irecv(out, self.prev_rank, group=self.group, tag=tag),
+        ]
+        for work in works:
+            assert work.wait() is True
+        self.check(out, self.data(self.prev_rank))
+
+    def require(self, op: str, why: str) -> None:
+        if op not in self.ops:
+            raise Skip(f"{BACKEND} does not implement {op}: {why}")
+
+
+class _NotMember(Exception):
+    """This rank is not in the case's subgroup: nothing to do."""
+
+
+# -- one case per op (from new-backend's catalogue) ----------------------------
+
+
+def broadcast(ctx: Ctx) -> None:
+    """Copies the root's tensor into the tensor of every rank."""
+    t = ctx.data(ctx.rank)
+    ctx.call(dist.broadcast, t, src=ctx.root)
+    ctx.check(t, ctx.data(ctx.root))
+
+
+def allreduce(ctx: Ctx) -> None:
+    """Reduces the tensor of every rank; every rank gets the result."""
+    t = ctx.data(ctx.rank)
+    ctx.call(dist.all_reduce, t, op=ctx.op)
+    ctx.check(t, ctx.reduce([ctx.data(r) for r in ctx.ranks]))
+
+
+def allreduce_coalesced(ctx: Ctx) -> None:
+    """All-reduces several tensors as one operation."""
+    ts = [ctx.data(ctx.rank, shift=i, n=ctx.n + i) for i in range(3)]
+    ctx.call(dist.all_reduce_coalesced, ts, op=ctx.op)
+    for i, t in enumerate(ts):
+        ctx.check(t, ctx.reduce([ctx.data(r, shift=i, n=ctx.n + i) for r in ctx.ranks]))
+
+
+def reduce(ctx: Ctx) -> None:
+    """Reduces the tensor of every rank into the root's tensor."""
+    t = ctx.data(ctx.rank)
+    ctx.call(dist.reduce, t, dst=ctx.root, op=ctx.op)
+    if ctx.rank == ctx.root:
+        ctx.check(t, ctx.reduce([ctx.data(r) for r in ctx.ranks]))
+
+
+def allgather(ctx: Ctx) -> None:
+    """Gathers the tensor of every rank into a list on every rank."""
+    out = [ctx.empty() for _ in ctx.ranks]
+    ctx.call(dist.all_gather, out, ctx.data(ctx.rank))
+    for o, r in zip(out, ctx.ranks):
+        ctx.check(o, ctx.data(r))
+
+
+def _allgather_base(ctx: Ctx) -> None:
+    """Gathers the tensor of every rank into one flat tensor on every rank."""
+    out = ctx.empty(ctx.n * ctx.world)
+    ctx.call(ctx.api("all_gather_single", "all_gather_into_tensor"), out, ctx.data(ctx.rank))
+    ctx.check(out, torch.cat([ctx.data(r) for r in ctx.ranks]))
+
+
+def allgather_coalesced(ctx: Ctx) -> None:
+    """All-gathers several tensors as one operation."""
+    inputs = [ctx.data(ctx.rank, shift=i, n=ctx.n + i) for i in range(2)]
+    outputs = [[ctx.empty(ctx.n + i) for i in range(2)] for _ in ctx.ranks]
+    ctx.call(dist.all_gather_coalesced, outputs, inputs)
+    for from_rank, r in zip(outputs, ctx.ranks):
+        for i, o in enumerate(from_rank):
+            ctx.check(o, ctx.data(r, shift=i, n=ctx.n + i))
+
+
+def allgather_into_tensor_coalesced(ctx: Ctx) -> None:
+    """Runs several flat all-gathers as one operation."""
+    inputs = [ctx.data(ctx.rank, shift=i, n=ctx.n + i) for i in range(2)]
+    outputs = [ctx.empty((ctx.n + i) * ctx.world) for i in range(2)]
+    gather = ctx.api("all_gather_single", "all_gather_into_tensor")
+    ctx.coalesced(lambda: [gather(o, x, group=ctx.group) for o, x in zip(outputs, inputs)])
+    for i, o in enumerate(outputs):
+        ctx.check(o, torch.cat([ctx.data(r, shift=i, n=ctx.n + i) for r in ctx.ranks]))
+
+
+def gather(ctx: Ctx) -> None:
+    """Gathers the tensor of every rank into a list on the root."""
+    out = [ctx.empty() for _ in ctx.ranks] if ctx.rank == ctx.root else None
+    ctx.call(dist.gather, ctx.data(ctx.rank), gather_list=out, dst=ctx.root)
+    for o, r in zip(out or [], ctx.ranks):
+        ctx.check(o, ctx.data(r))
+
+
+def scatter(ctx: Ctx) -> None:
+    """Sends the root's i-th tensor to rank i."""
+    out = ctx.empty()
+    inputs = [ctx.data(r) for r in ctx.ranks] if ctx.rank == ctx.root else None
+    ctx.call(dist.scatter, out, scatter_list=inputs, src=ctx.root)
+    ctx.check(out, ctx.data(ctx.rank))
+
+
+def reduce_scatter(ctx: Ctx) -> None:
+    """Reduces the i-th tensor of every rank into the output of rank i."""
+    out = ctx.empty()
+    ctx.call(dist.reduce_scatter, out, [ctx.data(ctx.rank, shift=j) for j in range(ctx.world)], op=ctx.op)
+    ctx.check(out, ctx.reduce([ctx.data(r, shift=ctx.index) for r in ctx.ranks]))
+
+
+def _reduce_scatter_base(ctx: Ctx) -> None:
+    """Reduces one flat tensor of every rank; rank i keeps the i-th chunk."""
+    out = ctx.empty()
+    flat = torch.cat([ctx.data(ctx.rank, shift=j) for j in range(ctx.world)])
+    ctx.call(ctx.api("reduce_scatter_single", "reduce_scatter_tensor"), out, flat, op=ctx.op)
+    ctx.check(out, ctx.reduce([ctx.data(r, shift=ctx.index) for r in ctx.ranks]))
+
+
+def reduce_scatter_tensor_coalesced(ctx: Ctx) -> None:
+    """Runs several flat reduce-scatters as one operation."""
+    outputs = [ctx.empty(ctx.n + i) for i in range(2)]
+    inputs = [torch.cat([ctx.data(ctx.rank, shift=j, n=ctx.n + i) for j in range(ctx.world)]) for i in range(2)]
+    scatter = ctx.api("reduce_scatter_single", "reduce_scatter_tensor")
+    ctx.coalesced(lambda: [scatter(o, x, op=ctx.op, group=ctx.group) for o, x in zip(outputs, inputs)])
+    for i, o in enumerate(outputs):
+        ctx.check(o, ctx.reduce([ctx.data(r, shift=ctx.index, n=ctx.n + i) for r in ctx.ranks]))
+
+
+def alltoall_base(ctx: Ctx) -> None:
+    """Every rank sends a slice of one flat tensor to every rank (splits may be uneven)."""
+    # Even splits first, then uneven ones: rank i sends i + j + 1 elements to rank j.
+    out = ctx.empty(ctx.n * ctx.world)
+    ctx.call(dist.all_to_all_single, out, torch.cat([ctx.data(ctx.rank, shift=j) for j in range(ctx.world)]))
+    ctx.check(out, torch.cat([ctx.data(r, shift=ctx.index) for r in ctx.ranks]))
+    send = [ctx.data(ctx.rank, shift=j, n=ctx.index + j + 1) for j in range(ctx.world)]
+    sizes = [i + ctx.index + 1 for i in range(ctx.world)]
+    out = ctx.empty(sum(sizes))
+    ctx.call(dist.all_to_all_single, out, torch.cat(send), output_split_sizes=sizes,
+             input_split_sizes=[t.numel() for t in send])
+    ctx.check(out, torch.cat([ctx.data(r, shift=ctx.index, n=i + ctx.index + 1)
+                              for i, r in enumerate(ctx.ranks)]))
+
+
+def alltoall(ctx: Ctx) -> None:
+    """Every rank sends its i-th tensor to rank i."""
+    inputs = [ctx.data(ctx.rank, shift=j, n=ctx.index + j + 1) for j in range(ctx.world)]
+    outputs = [ctx.empty(i + ctx.index + 1) for i in range(ctx.world)]
+    ctx.call(dist.all_to_all, outputs, inputs)
+    for i, (o, r) in enumerate(zip(outputs, ctx.ranks)):
+        ctx.check(o, ctx.data(r, shift=ctx.index, n=i + ctx.index + 1))
+
+
+def send(ctx: Ctx) -> None:
+    """Sends the tensor to one peer, matched by tag."""
+    if ctx.real and "recv" in ctx.ops:
+        ctx.ring_exchange(tag=3)
+    else:
+        ctx.p2p(dist.send, dist.isend, ctx.data(ctx.rank), ctx.next_rank, tag=3)
+
+
+def recv(ctx: Ctx) -> None:
+    """Receives a tensor from one peer, matched by tag."""
+    if ctx.real:
+        ctx.require("send", "a receive needs a sender")
+        ctx.ring_exchange(tag=4)
+    else:
+        out = ctx.empty()
+        ctx.p2p(dist.recv, dist.irecv, out, ctx.prev_rank, tag=4)
+        ctx.check(out, ctx.data(ctx.prev_rank))
+
+
+def recvAnysource(ctx: Ctx) -> None:
+    """Receives a tensor from whichever peer sends first with the tag."""
+    if ctx.real:
+        ctx.require("send", "a receive needs a sender")
+        if ctx.index == 0:
+            sources = []
+            for _ in range(ctx.world - 1):
+                out = ctx.empty()
+                src = dist.recv(out, group=ctx.group, tag=5)
+                ctx.check(out, ctx.data(src))
+                sources.append(src)
+            assert sorted(sources) == ctx.ranks[1:], sources
+        else:
+            dist.send(ctx.data(ctx.rank), ctx.ranks[0], group=ctx.group, tag=5)
+    else:
+        out = ctx.empty()
+        assert dist.recv(out, group=ctx.group, tag=5) == ctx.next_rank
+        ctx.check(out, ctx.data(ctx.next_rank))
+
+
+def barrier(ctx: Ctx) -> None:
+    """Returns once every rank has entered it."""
+    # The last rank arrives late; with a real barrier nobody leaves before it came.
+    late = 0.5
+    if ctx.index == ctx.world - 1:
+        time.sleep(late)
+    start = time.monotonic()
+    ctx.call(dist.barrier)
+    if ctx.real and ctx.index != ctx.world - 1:
+        assert time.monotonic() - start > late / 2, "left the barrier before the last rank came"
+
+
+# -- cases about the backend as a whole ------------------------------------------
+
+
+def unsupported(ctx: Ctx) -> None:
+    """An op the backend lacks raises a RuntimeError that names the backend and the op."""
+    import pytest
+    # Every catalogue op is implemented; sparse all-reduce is not.
+    with pytest.raises(RuntimeError, match=f"Backend {BACKEND}"):
+        dist.all_reduce(torch.ones(2, 2).to_sparse(), group=ctx.group)
+
+
+def run(case: str, subgroup_ranks=None, **params):
+    """Entry point for harness: runs one case on this rank."""
+    try:
+        ctx = Ctx(group_ranks=subgroup_ranks, **params)
+    except _NotMember:
+        return None
+    return globals()[case](ctx)

@@ -1,0 +1,36 @@
+"""The "my_rdma2" backend for torch.distributed.
+
+Importing this package registers the backend::
+
+    import torch.distributed as dist
+    import my_rdma2_collectives  # noqa: F401
+
+    dist.init_process_group("my_rdma2", rank=rank, world_size=world_size)
+"""
+
+import torch  # noqa: F401  (loads libtorch before the extension)
+import torch.distributed as dist
+
+from . import _C
+
+__version__ = "0.1.0"
+
+#: The name to pass to ``torch.distributed.init_process_group``.
+BACKEND_NAME = "my_rdma2"
+#: The devices the backend is registered for.
+DEVICES = ["cpu"]
+#: The collectives the backend implements; every other one raises a RuntimeError.
+OPS = [
+    "_reduce_scatter_base",
+    "alltoall_base",
+    "send",
+    "recv",
+    "recvAnysource",
+    "barrier",
+]
+#: Whether this build handles CUDA tensors.
+WITH_CUDA = _C.WITH_CUDA
+
+dist.Backend.register_backend(
+    BACKEND_NAME, _C.create_backend, extended_api=True, devices=DEVICES
+)

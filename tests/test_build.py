@@ -1,0 +1,101 @@
+"""Generated projects build against the installed torch and pass their own test suites.
+
+Each project is built once per session (about a minute each on two cores) and
+its generated tests run in real processes. Skip these with ``-m "not build"``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from helpers import EXAMPLE_DUMMY
+from new_backend import generate_project
+
+pytestmark = [pytest.mark.build, pytest.mark.timeout(1800)]
+
+
+@dataclass(frozen=True)
+class Built:
+    project: Path  # a copy of the project, where it was built
+    site: Path  # where pip installed it
+
+    @property
+    def answers(self) -> dict:
+        return json.loads((self.project / ".new-backend.json").read_text())
+
+
+def build(source: Path, work: Path) -> Built:
+    """Copy ``source`` to ``work`` (so no build/ lands in the repo) and pip-install it there."""
+    project, site = work / source.name, work / "site"
+    shutil.copytree(source, project)
+    pip = [sys.executable, "-m", "pip", "install", "--no-build-isolation", "--no-deps"]
+    done = subprocess.run(
+        [*pip, "--target", str(site), str(project)], capture_output=True, text=True, timeout=1500
+    )
+    assert done.returncode == 0, f"building {source.name} failed:\n{done.stdout}\n{done.stderr}"
+    return Built(project, site)
+
+
+@pytest.fixture(scope="session")
+def built_dummy(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    """examples/dummy, built."""
+    return build(EXAMPLE_DUMMY, tmp_path_factory.mktemp("build-dummy"))
+
+
+@pytest.fixture(scope="session")
+def built_all_ops(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    """A fresh project with every op (a name with an underscore and a digit), built."""
+    rendered = generate_project("all_ops2", ops="all", output_dir=tmp_path_factory.mktemp("render"))
+    return build(rendered.target, tmp_path_factory.mktemp("build-all-ops"))
+
+
+def summary_counts(output: str) -> dict[str, int]:
+    """``{"passed": 15, "failed": 1, ...}`` from pytest's closing line."""
+    closing = [line for line in output.splitlines() if re.search(r"\d+ \w+.* in [\d.]+s", line)]
+    assert closing, f"no pytest summary in:\n{output}"
+    counts = re.findall(r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed)", closing[-1])
+    return {word.rstrip("s") if word.startswith("error") else word: int(n) for n, word in counts}
+
+
+def run_own_tests(built: Built) -> None:
+    """Run the project's generated tests against the built copy; all of them must pass."""
+    report = built.project / "junit.xml"
+    env = {**os.environ, "PYTHONPATH": str(built.site)}
+    pytest_args = [str(built.project / "tests"), "-q", "-p", "no:cacheprovider"]
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", *pytest_args, f"--junitxml={report}"],
+        cwd=built.project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    cases = ET.parse(report).getroot().iter("testcase")
+    ids = [case.get("name", "") for case in cases]
+    counts = summary_counts(output)
+    assert counts == {"passed": len(ids)} and len(ids) > 0, output
+    # The parametrised op tests covered exactly the ops the project was generated with.
+    tested = {m.group(1) for i in ids if (m := re.fullmatch(r"test_op\[world\d+-(\w+)\]", i))}
+    assert tested == set(built.answers["ops"]), ids
+    # The extension really came from the build, not from some other installation.
+    package = f"{built.answers['backend_name']}_collectives"
+    assert list((built.site / package).glob("_C*.so")), sorted(built.site.iterdir())
+
+
+def test_example_dummy_builds_and_passes_its_own_tests(built_dummy: Built) -> None:
+    run_own_tests(built_dummy)
+
+
+def test_all_ops_project_builds_and_passes_its_own_tests(built_all_ops: Built) -> None:
+    run_own_tests(built_all_ops)

@@ -1,0 +1,116 @@
+"""The catalogue of ops: consistent with itself, with torch's c10d headers and with the template."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import Counter
+from dataclasses import MISSING, fields
+from pathlib import Path
+
+import pytest
+import tomllib
+from conftest import Render
+from new_backend.catalogue import CATALOGUE_FILE, Catalogue, Op
+
+#: Backend.hpp virtuals the catalogue leaves out on purpose (see catalogue.toml).
+NOT_IN_CATALOGUE = {"allreduce_sparse", "endCoalescing"}
+
+
+def c10d_header(name: str) -> str:
+    torch = pytest.importorskip("torch")
+    path = Path(torch.__file__).parent / "include" / "torch" / "csrc" / "distributed" / "c10d"
+    return re.sub(r"/\*.*?\*/", "", (path / name).read_text(), flags=re.DOTALL)
+
+
+def param_types(params: str) -> list[str]:
+    """``"const c10d::BroadcastOptions& opts = BroadcastOptions()"`` -> the types only."""
+    types = []
+    for param in params.split(","):
+        words = param.split("=")[0].replace("c10d::", "").split()
+        if len(words) > 1 and re.fullmatch(r"\w+", words[-1]):
+            words = words[:-1]  # the parameter's name
+        types.append(" ".join(words))
+    return types
+
+
+def test_names_and_aliases_are_unique(catalogue: Catalogue) -> None:
+    spellings = Counter(s.lower().replace("-", "_") for op in catalogue.ops for s in op.spellings)
+    assert [s for s, n in spellings.items() if n > 1] == []
+    assert "all" not in spellings  # `--ops all` means every op
+
+
+def test_every_spelling_looks_up_its_own_op(catalogue: Catalogue) -> None:
+    for op in catalogue.ops:
+        for spelling in op.spellings:
+            assert catalogue.get(spelling) is op
+            assert catalogue.get(spelling.upper()) is op
+
+
+def test_every_op_table_spells_out_every_field() -> None:
+    raw = tomllib.loads(CATALOGUE_FILE.read_text())["op"]
+    required = {f.name for f in fields(Op) if f.default is MISSING}
+    assert {"test", "checks", "body", "dummy", "params"} <= required
+    for table in raw:
+        assert required <= table.keys(), f"{table.get('name')} lacks {required - table.keys()}"
+
+
+@pytest.mark.parametrize("field", [f.name for f in fields(Op) if f.type == "str"])
+def test_every_op_fills_every_text_field(catalogue: Catalogue, field: str) -> None:
+    """Only an op without tensors (barrier) may leave its checks and body parameters empty."""
+    for op in catalogue.ops:
+        if field in ("checks", "body", "args") and "Tensor" not in op.params:
+            continue
+        assert getattr(op, field).strip(), f"{op.name} has an empty {field}"
+
+
+def test_every_test_case_is_python(catalogue: Catalogue) -> None:
+    for op in catalogue.ops:
+        ast.parse(op.test, filename=f"catalogue.toml [{op.name}].test")
+
+
+def test_ops_are_the_collectives_of_torchs_backend_hpp_in_order(catalogue: Catalogue) -> None:
+    virtuals = re.findall(
+        r"virtual c10::intrusive_ptr<Work> (\w+)\(([^)]*)\)", c10d_header("Backend.hpp")
+    )
+    collectives = [(name, params) for name, params in virtuals if name not in NOT_IN_CATALOGUE]
+    assert [name for name, _ in collectives] == [
+        next(n for n in op.canonical_names if n in dict(collectives)) for op in catalogue.ops
+    ]
+    for (name, params), op in zip(collectives, catalogue.ops, strict=True):
+        assert param_types(params) == param_types(op.params), name
+
+
+def test_op_types_exist_in_torch(catalogue: Catalogue) -> None:
+    enum = re.search(r"enum class OpType[^{]*\{(.*?)\}", c10d_header("Work.hpp"), re.DOTALL)
+    assert enum
+    op_types = set(re.findall(r"(\w+)\s*=", enum.group(1)))
+    assert {op.op_type for op in catalogue.ops} <= op_types
+
+
+def test_every_op_is_overridden_in_the_all_ops_project(
+    catalogue: Catalogue, render: Render
+) -> None:
+    project = render("allops", ops="all").target
+    header = (project / "csrc" / "backend.hpp").read_text()
+    overrides = set(
+        re.findall(r"c10::intrusive_ptr<c10d::Work> (\w+)\([^;{]*\)\s*override;", header)
+    )
+    for op in catalogue.ops:
+        assert set(op.canonical_names) <= overrides, op.name
+    sources = "\n".join(p.read_text() for p in sorted((project / "csrc").glob("*.cpp")))
+    for op in catalogue.ops:
+        assert re.search(rf"::{re.escape(op.name)}\(", sources), f"{op.name} has no definition"
+    for path in project.rglob("*.py"):
+        ast.parse(path.read_text(), filename=str(path))
+
+
+def test_a_project_overrides_only_the_ops_it_was_given(
+    catalogue: Catalogue, render: Render
+) -> None:
+    project = render("some", ops="allreduce,send").target
+    header = (project / "csrc" / "backend.hpp").read_text()
+    overrides = set(
+        re.findall(r"c10::intrusive_ptr<c10d::Work> (\w+)\([^;{]*\)\s*override;", header)
+    )
+    assert overrides == {"allreduce", "send"}

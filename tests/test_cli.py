@@ -1,0 +1,459 @@
+"""The new-backend command: every bad input is one line and writes nothing; good ones work."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import new_backend
+import new_backend.generate
+import pytest
+from conftest import Cli
+from cookiecutter.exceptions import CookiecutterException
+from helpers import EXAMPLE_DUMMY, assert_one_line_error, listing, tree
+from new_backend.catalogue import Catalogue
+
+BAD_NAMES = {
+    "empty": "",
+    "too long": "a" * 33,
+    "upper case": "MyBackend",
+    "leading digit": "1backend",
+    "leading underscore": "_backend",
+    "double underscore": "my__backend",
+    "trailing underscore": "backend_",
+    "dash": "my-backend",
+    "space": "my backend",
+    "non-ascii": "café",
+    "python keyword": "class",
+    "python keyword lambda": "lambda",
+    "c++ keyword namespace": "namespace",
+    "c++ keyword template": "template",
+    "c++ keyword nullptr": "nullptr",
+    "path": "a/b",
+    "windows path": "a\\b",
+    "parent": "..",
+    "current": ".",
+    **{
+        f"built-in {name}": name
+        for name in ("gloo", "nccl", "mpi", "ucc", "xccl", "fake", "undefined", "threaded")
+    },
+}
+
+BAD_OPS = {
+    "unknown": "nonsense",
+    "typo": "allreduc",
+    "duplicate": "allreduce,allreduce",
+    "alias duplicate": "all_reduce,allreduce",
+    "empty": "",
+    "only commas": ",",
+    "empty entry": "allreduce,,allgather",
+    "trailing comma": "allreduce,",
+    "all among others": "all,allreduce",
+}
+
+BAD_DEVICES = {
+    "unknown": "tpu",
+    "duplicate": "cpu,cpu",
+    "duplicate in other case": "cpu,CPU",
+    "empty": "",
+    "empty entry": "cpu,,cuda",
+}
+
+
+@pytest.fixture
+def user_file(out: Path) -> Path:
+    """Something of the user's already in the output folder, which must survive everything."""
+    path = out / "notes.txt"
+    path.write_text("mine\n")
+    return path
+
+
+def ops_of(result_stdout: str) -> list[str]:
+    """The op names a ``Created``/``Would create`` report lists."""
+    match = re.search(r"ops (.*?); devices", result_stdout)
+    assert match, result_stdout
+    return match.group(1).split(", ")
+
+
+# -- bad input: exit 2, one line, nothing written -------------------------------
+
+
+@pytest.mark.parametrize("name", BAD_NAMES.values(), ids=BAD_NAMES.keys())
+@pytest.mark.parametrize("dry_run", [False, True], ids=["write", "dry-run"])
+def test_bad_name_is_one_line_usage_error_and_writes_nothing(
+    run: Cli, out: Path, user_file: Path, name: str, dry_run: bool
+) -> None:
+    before = listing(out)
+    result = run("--dry-run", "--", name) if dry_run else run("--", name)
+    line = assert_one_line_error(result, 2)
+    assert "NAME" in line
+    assert listing(out) == before
+
+
+@pytest.mark.parametrize("ops", BAD_OPS.values(), ids=BAD_OPS.keys())
+def test_bad_ops_are_one_line_usage_error_and_write_nothing(
+    run: Cli, out: Path, user_file: Path, ops: str
+) -> None:
+    before = listing(out)
+    line = assert_one_line_error(run("x", f"--ops={ops}"), 2)
+    assert "--ops" in line
+    assert listing(out) == before
+
+
+@pytest.mark.parametrize("devices", BAD_DEVICES.values(), ids=BAD_DEVICES.keys())
+def test_bad_devices_are_one_line_usage_error_and_write_nothing(
+    run: Cli, out: Path, user_file: Path, devices: str
+) -> None:
+    before = listing(out)
+    line = assert_one_line_error(run("x", f"--devices={devices}"), 2)
+    assert "--devices" in line
+    assert listing(out) == before
+
+
+def test_bad_impl_is_one_line_usage_error(run: Cli, out: Path, user_file: Path) -> None:
+    before = listing(out)
+    assert_one_line_error(run("x", "--impl", "nonsense"), 2)
+    assert listing(out) == before
+
+
+def test_unknown_option_is_one_line_usage_error(run: Cli, out: Path, user_file: Path) -> None:
+    before = listing(out)
+    assert_one_line_error(run("x", "--bogus"), 2)
+    assert listing(out) == before
+
+
+@pytest.mark.parametrize(
+    ("typo", "meant"),
+    [("allreduc", "allreduce"), ("alltoal", "alltoall"), ("brodcast", "broadcast")],
+)
+def test_unknown_op_suggests_a_close_match(run: Cli, typo: str, meant: str) -> None:
+    line = assert_one_line_error(run("x", "--ops", typo), 2)
+    assert re.search(rf"did you mean .*\b{meant}\b", line), line
+
+
+def test_duplicate_alias_names_both_spellings(run: Cli) -> None:
+    line = assert_one_line_error(run("x", "--ops", "all_reduce,allreduce"), 2)
+    assert "'allreduce'" in line and "'all_reduce'" in line and "twice" in line
+
+
+def test_error_messages_are_one_line_even_for_multiline_input(run: Cli) -> None:
+    assert_one_line_error(run("--", "a\nb"), 2)
+    assert_one_line_error(run("x", "--ops", "allreduce\n,\nnope"), 2)
+
+
+# -- names, ops and devices that are accepted -------------------------------------
+
+
+@pytest.mark.parametrize("name", ["a", "a" * 32, "a1_b2_c3"])
+def test_good_names_are_accepted(run: Cli, name: str) -> None:
+    result = run(name, "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert f"src/{name}_collectives/__init__.py" in result.stdout
+
+
+def test_aliases_map_to_catalogue_names(run: Cli) -> None:
+    """torch.distributed's names, any case, dashes or spaces: the c10d names, catalogue order."""
+    aliases = "all_gather_into_tensor, ALL-TO-ALL-SINGLE,reduce_scatter_tensor,all_reduce"
+    result = run("x", "--ops", aliases, "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert ops_of(result.stdout) == [
+        "allreduce",
+        "_allgather_base",
+        "_reduce_scatter_base",
+        "alltoall_base",
+    ]
+
+
+def test_every_alias_in_the_catalogue_resolves_to_its_op(run: Cli, catalogue: Catalogue) -> None:
+    """One alias per op, given in reverse order, selects every op in catalogue order."""
+    spellings = [op.aliases[-1] if op.aliases else op.name for op in reversed(catalogue.ops)]
+    result = run("x", "--ops", ",".join(spellings), "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert ops_of(result.stdout) == list(catalogue.names)
+
+
+@pytest.mark.parametrize("spelling", ["all", "ALL"])
+def test_ops_all_selects_every_catalogue_op(
+    run: Cli, out: Path, catalogue: Catalogue, spelling: str
+) -> None:
+    result = run("x", "--ops", spelling)
+    assert result.exit_code == 0, result.output
+    answers = json.loads((out / "x" / ".new-backend.json").read_text())
+    assert answers["ops"] == list(catalogue.names)
+
+
+def test_devices_are_normalised(run: Cli, out: Path) -> None:
+    result = run("x", "--devices", "CUDA, cpu")
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "x" / ".new-backend.json").read_text())["devices"] == ["cpu", "cuda"]
+
+
+# -- what is written, and where ----------------------------------------------------
+
+
+def test_no_arguments_writes_the_dummy_example_and_nothing_else(
+    run: Cli, out: Path, isolated: dict[str, Path]
+) -> None:
+    result = run()
+    assert result.exit_code == 0, result.output
+    assert "Created dummy" in result.stdout
+    assert [p.name for p in out.iterdir()] == ["dummy"]  # no staging folder left behind
+    assert tree(out / "dummy") == tree(EXAMPLE_DUMMY)
+    assert listing(isolated["home"]) == {}  # no cookiecutter replay file or cache in HOME
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: cookiecutter renders the pre_gen hook to a NamedTemporaryFile(delete=False) "
+    "and never removes it, so every render and dry run leaves /tmp/tmpXXXX.py behind",
+)
+@pytest.mark.parametrize("args", [(), ("--dry-run",)], ids=["write", "dry-run"])
+def test_nothing_is_left_in_the_temp_folder(
+    run: Cli, isolated: dict[str, Path], args: tuple[str, ...]
+) -> None:
+    assert run(*args).exit_code == 0
+    assert listing(isolated["tmp"]) == {}
+
+
+def test_output_dir_option_creates_missing_parents(run: Cli, out: Path) -> None:
+    result = run("x", "-o", "a/b/c")
+    assert result.exit_code == 0, result.output
+    assert (out / "a" / "b" / "c" / "x" / ".new-backend.json").is_file()
+    assert [p.name for p in (out / "a" / "b" / "c").iterdir()] == ["x"]
+
+
+def test_existing_target_without_force_is_refused(run: Cli, out: Path) -> None:
+    target = out / "dummy"
+    target.mkdir()
+    (target / "work.cpp").write_text("// my work\n")
+    before = listing(out)
+    line = assert_one_line_error(run(), 1)
+    assert "--force" in line
+    assert listing(out) == before
+    assert_one_line_error(run("--dry-run"), 1)
+    assert listing(out) == before
+
+
+@pytest.fixture
+def user_project(out: Path) -> dict[str, bytes]:
+    """out/dummy holds the user's work (text, binary, a dotfile, a subfolder)."""
+    target = out / "dummy"
+    (target / "csrc").mkdir(parents=True)
+    (target / "csrc" / "ops.cpp").write_text("// months of work\n")
+    (target / ".env").write_text("SECRET=1\n")
+    (target / "data.bin").write_bytes(bytes(range(256)))
+    return tree(target)
+
+
+def test_force_moves_the_existing_project_to_a_backup(
+    run: Cli, out: Path, user_project: dict[str, bytes]
+) -> None:
+    result = run("--force")
+    assert result.exit_code == 0, result.output
+    match = re.search(r"Moved the existing \S+ to (\S+)", result.stdout)
+    assert match, result.stdout
+    backup = out / Path(match.group(1)).name
+    assert backup.parent == out and backup.name.startswith("dummy.backup-")
+    assert tree(backup) == user_project
+    assert tree(out / "dummy") == tree(EXAMPLE_DUMMY)
+    assert sorted(p.name for p in out.iterdir()) == sorted(["dummy", backup.name])
+
+
+def test_force_twice_keeps_both_backups(
+    run: Cli, out: Path, user_project: dict[str, bytes]
+) -> None:
+    assert run("--force").exit_code == 0
+    assert run("--force").exit_code == 0
+    backups = sorted(p for p in out.iterdir() if p.name != "dummy")
+    assert len(backups) == 2, backups
+    assert user_project in [tree(b) for b in backups]  # the first backup is the user's work
+    assert tree(out / "dummy") == tree(EXAMPLE_DUMMY)
+
+
+def test_dry_run_with_force_touches_nothing(
+    run: Cli, out: Path, user_project: dict[str, bytes]
+) -> None:
+    before = listing(out)
+    result = run("--force", "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("Would create dummy")
+    assert listing(out) == before
+
+
+def test_force_replaces_a_file_in_the_way(run: Cli, out: Path) -> None:
+    (out / "dummy").write_text("not a folder\n")
+    result = run("--force")
+    assert result.exit_code == 0, result.output
+    backups = [p for p in out.iterdir() if p.name.startswith("dummy.backup-")]
+    assert len(backups) == 1 and backups[0].read_text() == "not a folder\n"
+
+
+def test_dry_run_lists_every_file_and_writes_nothing(run: Cli, out: Path, user_file: Path) -> None:
+    before = listing(out)
+    result = run("x", "--ops", "all", "--dry-run", "-o", "not/yet")
+    assert result.exit_code == 0, result.output
+    assert listing(out) == before
+    listed = [line.strip() for line in result.stdout.splitlines()[1:]]
+    assert f"with {len(listed)} files" in result.stdout.splitlines()[0]
+    assert run("x", "--ops", "all").exit_code == 0
+    assert listed == sorted(tree(out / "x"))
+
+
+# -- --from-answers ------------------------------------------------------------------
+
+
+def test_from_answers_re_renders_an_identical_project(run: Cli, out: Path, tmp_path: Path) -> None:
+    assert run("alpha", "--ops", "send,recv,all_reduce", "--devices", "cpu").exit_code == 0
+    original = tree(out / "alpha")
+    answers = tmp_path / "answers.json"
+    answers.write_bytes(original[".new-backend.json"])
+    result = run("--from-answers", str(answers), "-o", "again")
+    assert result.exit_code == 0, result.output
+    assert tree(out / "again" / "alpha") == original
+
+
+def test_options_override_the_answers_file(run: Cli, out: Path, tmp_path: Path) -> None:
+    assert run("alpha", "--ops", "send,recv", "--devices", "cpu").exit_code == 0
+    answers = out / "alpha" / ".new-backend.json"
+    result = run("beta", "--from-answers", str(answers), "--devices", "cuda", "-o", "x")
+    assert result.exit_code == 0, result.output
+    direct = run("beta", "--ops", "send,recv", "--devices", "cuda", "-o", "y")
+    assert direct.exit_code == 0, direct.output
+    assert tree(out / "x" / "beta") == tree(out / "y" / "beta")
+
+
+def test_the_command_in_the_generated_readme_re_renders_the_project(run: Cli, out: Path) -> None:
+    args = ["my_rdma", "--ops", "reduce_scatter_tensor,irecv,isend", "--devices", "cuda"]
+    assert run(*args, "-o", "first").exit_code == 0
+    original = tree(out / "first" / "my_rdma")
+    readme = original["README.md"].decode()
+    (command,) = [
+        line.split()
+        for line in readme.splitlines()
+        if line.strip().startswith("new-backend my_rdma ")
+    ]
+    result = run(*command[1:], "-o", "again")
+    assert result.exit_code == 0, result.output
+    assert tree(out / "again" / "my_rdma") == original
+
+
+TYPE_BUG = pytest.mark.xfail(
+    strict=True,
+    reason="bug: a value of the wrong JSON type in an answers file raises TypeError/AttributeError "
+    "(resolve_ops/validate_devices assume str or list of str) instead of a one-line error",
+)
+
+GOOD_ANSWERS = {"backend_name": "x", "ops": ["allreduce"], "devices": ["cpu"], "impl": "dummy"}
+
+
+def answers_with(**changes: object) -> str:
+    """A JSON answers file: GOOD_ANSWERS with some values changed."""
+    return json.dumps({**GOOD_ANSWERS, **changes})
+
+
+BROKEN_ANSWERS = {
+    "not json": "{not json",
+    "a list": "[]",
+    "missing keys": '{"backend_name": "x"}',
+    "bad name": answers_with(backend_name="gloo"),
+    "bad op": answers_with(ops=["nope"]),
+    "bad device": answers_with(devices=["tpu"]),
+    "bad impl": answers_with(impl="real"),
+    "name not a string": answers_with(backend_name=7),
+    "ops not a list": pytest.param(answers_with(ops=5), marks=TYPE_BUG),
+    "op not a string": pytest.param(answers_with(ops=[1]), marks=TYPE_BUG),
+    "devices null": pytest.param(answers_with(devices=None), marks=TYPE_BUG),
+    "not utf-8": b"\xff\xfe{}",
+}
+
+
+@pytest.mark.parametrize("content", BROKEN_ANSWERS.values(), ids=BROKEN_ANSWERS.keys())
+def test_broken_answers_file_is_one_line_error(
+    run: Cli, out: Path, tmp_path: Path, content: str | bytes
+) -> None:
+    answers = tmp_path / "answers.json"
+    if isinstance(content, bytes):
+        answers.write_bytes(content)
+    else:
+        answers.write_text(content)
+    before = listing(out)
+    line = assert_one_line_error(run("--from-answers", str(answers)), 2)
+    assert "answers.json" in line
+    assert listing(out) == before
+
+
+def test_missing_answers_file_is_one_line_error(run: Cli, out: Path, tmp_path: Path) -> None:
+    assert_one_line_error(run("--from-answers", str(tmp_path / "nope.json")), 2)
+    assert_one_line_error(run("--from-answers", str(tmp_path)), 2)  # a folder
+    assert listing(out) == {}
+
+
+# -- other options ------------------------------------------------------------------
+
+
+def test_list_ops_lists_every_catalogue_op(run: Cli, out: Path, catalogue: Catalogue) -> None:
+    result = run("--list-ops")
+    assert result.exit_code == 0, result.output
+    names = [line.split()[0] for line in result.stdout.splitlines() if not line[:1].isspace()]
+    assert names == list(catalogue.names)
+    for op in catalogue.ops:
+        assert all(alias in result.stdout for alias in op.aliases)
+    assert listing(out) == {}
+
+
+def test_version(run: Cli) -> None:
+    result = run("--version")
+    assert result.exit_code == 0
+    assert result.stdout.strip() == f"new-backend, version {new_backend.__version__}"
+
+
+def test_help_mentions_every_option(run: Cli) -> None:
+    result = run("--help")
+    assert result.exit_code == 0
+    options = "--ops --devices --impl --output-dir --force --dry-run --from-answers --list-ops"
+    for option in [*options.split(), "--version"]:
+        assert option in result.stdout
+
+
+def test_output_dir_that_is_a_file_is_one_line_error(run: Cli, out: Path, user_file: Path) -> None:
+    before = listing(out)
+    assert_one_line_error(run("x", "-o", user_file.name), 2)
+    assert_one_line_error(run("x", "-o", f"{user_file.name}/sub"), 1)
+    assert_one_line_error(run("x", "-o", f"{user_file.name}/sub", "--dry-run"), 1)
+    assert listing(out) == before
+
+
+# -- failures while rendering leave nothing behind -------------------------------
+
+
+def _raise_at_once(*args: object, **kwargs: object) -> str:
+    raise CookiecutterException("simulated template failure")
+
+
+def _raise_after_writing(real):  # type: ignore[no-untyped-def]
+    def fake(*args: object, **kwargs: object) -> str:
+        real(*args, **kwargs)  # the staging folder now holds a whole project
+        raise CookiecutterException("simulated template failure")
+
+    return fake
+
+
+@pytest.mark.parametrize("when", ["at once", "after writing"])
+@pytest.mark.parametrize("force", [False, True], ids=["new", "force"])
+def test_template_failure_leaves_the_output_folder_unchanged(
+    run: Cli,
+    out: Path,
+    user_project: dict[str, bytes],
+    monkeypatch: pytest.MonkeyPatch,
+    when: str,
+    force: bool,
+) -> None:
+    real = new_backend.generate.cookiecutter
+    fake = _raise_at_once if when == "at once" else _raise_after_writing(real)
+    monkeypatch.setattr(new_backend.generate, "cookiecutter", fake)
+    before = listing(out)
+    args = ["other"] if not force else ["--force"]
+    line = assert_one_line_error(run(*args), 1)
+    assert "simulated template failure" in line
+    assert listing(out) == before  # no staging folder, no backup, the user's project intact
