@@ -23,6 +23,8 @@ GOLDEN_CASES: dict[str, tuple[str, ...]] = {
     "allops": ("allops", "--ops", "all"),
     "single": ("single", "--ops", "allreduce", "--devices", "cuda"),
     # A name with underscores and a digit (C++ class MyRdma2) and ops given by alias.
+    # The reference implementation over the c10d Store, every op.
+    "store_all": ("store_all", "--impl", "store", "--ops", "all"),
     "my_rdma2": (
         "my_rdma2",
         "--ops",

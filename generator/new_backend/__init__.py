@@ -6,6 +6,6 @@ tests and the README all go through it.
 
 __version__ = "0.1.0"
 
-from new_backend.generate import GenerationResult, generate_project  # noqa: E402
+from new_backend.generate import GenerationResult, generate_project
 
 __all__ = ["GenerationResult", "__version__", "generate_project"]

@@ -7,10 +7,11 @@ the tests) asks this module; nothing else lists them.
 from __future__ import annotations
 
 import difflib
-import tomllib
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+
+import tomllib
 
 CATALOGUE_FILE = Path(__file__).with_name("catalogue.toml")
 
@@ -79,7 +80,9 @@ class Catalogue:
                 key = _normalise(spelling)
                 other = self._index.setdefault(key, op)
                 if other is not op:
-                    raise ValueError(f"catalogue: {spelling!r} names both {other.name} and {op.name}")
+                    raise ValueError(
+                        f"catalogue: {spelling!r} names both {other.name} and {op.name}"
+                    )
 
     @property
     def names(self) -> tuple[str, ...]:

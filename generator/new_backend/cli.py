@@ -13,7 +13,7 @@ import click
 
 from new_backend import __version__
 from new_backend.catalogue import load_catalogue
-from new_backend.exceptions import AnswersFileError, InvalidAnswer, NewBackendError
+from new_backend.exceptions import AnswersFileError, InvalidAnswerError, NewBackendError
 from new_backend.generate import ANSWERS_FILE, GenerationResult, generate_project, read_answers
 from new_backend.params import BACKEND_NAME, DEVICE_LIST, OP_LIST
 from new_backend.validate import (
@@ -92,8 +92,12 @@ class OneLineErrors(click.Command):
     show_default=True,
     help="Folder in which the project folder NAME is created.",
 )
-@click.option("--force", is_flag=True, help="Replace an existing project; the old one is moved aside.")
-@click.option("--dry-run", is_flag=True, help="List the files that would be written; write nothing.")
+@click.option(
+    "--force", is_flag=True, help="Replace an existing project; the old one is moved aside."
+)
+@click.option(
+    "--dry-run", is_flag=True, help="List the files that would be written; write nothing."
+)
 @click.option(
     "--from-answers",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -123,16 +127,19 @@ def cli(
     With no arguments it writes ./dummy/, the backend of PyTorch's tutorial
     "Customize Process Group Backends Using Cpp Extensions", done right.
     """
-    base = dict(backend_name=DEFAULT_NAME, ops=DEFAULT_OPS, devices=DEFAULT_DEVICES, impl="dummy")
+    answers = dict(
+        backend_name=DEFAULT_NAME, ops=DEFAULT_OPS, devices=DEFAULT_DEVICES, impl="dummy"
+    )
     if from_answers is not None:
-        base.update(read_answers(from_answers))
-        try:
-            Answers.checked(**base)
-        except InvalidAnswer as e:
-            raise AnswersFileError(f"{from_answers}: {e}") from None
+        answers.update(read_answers(from_answers))
     given = dict(backend_name=name, ops=ops, devices=devices, impl=impl)
-    base.update({k: v for k, v in given.items() if v is not None})
-    result = generate_project(**base, output_dir=output_dir, force=force, dry_run=dry_run)
+    answers.update({k: v for k, v in given.items() if v is not None})
+    try:
+        Answers.checked(**answers)
+    except InvalidAnswerError as e:
+        # Options were checked by their click types: what is wrong came from the file.
+        raise AnswersFileError(f"{from_answers}: {e}") from None
+    result = generate_project(**answers, output_dir=output_dir, force=force, dry_run=dry_run)
     _report(result)
 
 

@@ -7,7 +7,7 @@ class NewBackendError(Exception):
     exit_code = 1
 
 
-class InvalidAnswer(NewBackendError):
+class InvalidAnswerError(NewBackendError):
     """A backend name, op list, device list or implementation that cannot be used."""
 
     exit_code = 2
@@ -18,12 +18,14 @@ class InvalidAnswer(NewBackendError):
         self.reason = message
 
 
-class TargetExists(NewBackendError):
+class TargetExistsError(NewBackendError):
     """The output folder already exists and --force was not given."""
 
 
 class OutputDirError(NewBackendError):
     """The output directory cannot hold the project (not a folder, not writable)."""
+
+    exit_code = 2
 
 
 class AnswersFileError(NewBackendError):

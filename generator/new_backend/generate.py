@@ -19,7 +19,12 @@ from pathlib import Path
 from cookiecutter.exceptions import CookiecutterException
 from cookiecutter.main import cookiecutter
 
-from new_backend.exceptions import AnswersFileError, OutputDirError, TargetExists, TemplateError
+from new_backend.exceptions import (
+    AnswersFileError,
+    OutputDirError,
+    TargetExistsError,
+    TemplateError,
+)
 from new_backend.validate import DEFAULT_DEVICES, DEFAULT_NAME, DEFAULT_OPS, Answers
 
 ANSWERS_FILE = ".new-backend.json"
@@ -66,7 +71,7 @@ def generate_project(
     target = output_dir / answers.backend_name
     _check_output_dir(output_dir)
     if (target.exists() or target.is_symlink()) and not force:
-        raise TargetExists(
+        raise TargetExistsError(
             f"{target} already exists; use --force to replace it "
             "(the existing folder is moved aside, not deleted)"
         )
@@ -123,7 +128,11 @@ def _check_output_dir(output_dir: Path) -> None:
 
 
 def _render(answers: Answers, dest: Path) -> Path:
-    """Render the template into ``dest/<backend_name>`` and return that path."""
+    """Render the template into ``dest/<backend_name>`` and return that path.
+
+    cookiecutter's config, replay file and cache, and the rendered hook scripts
+    it leaves in the temporary folder, all go to a scratch folder removed here.
+    """
     with tempfile.TemporaryDirectory(prefix="new-backend-cookiecutter-") as home:
         config = Path(home, "config.yaml")
         config.write_text(
@@ -131,6 +140,8 @@ def _render(answers: Answers, dest: Path) -> Path:
             f"replay_dir: {json.dumps(str(Path(home, 'replay')))}\n",
             encoding="utf-8",
         )
+        system_tmp = tempfile.tempdir
+        tempfile.tempdir = home  # cookiecutter never deletes its rendered hook scripts
         try:
             project = cookiecutter(
                 str(template_dir()),
@@ -142,6 +153,8 @@ def _render(answers: Answers, dest: Path) -> Path:
         except CookiecutterException as e:
             reason = str(e).split(". Context:")[0]  # cookiecutter appends the whole context
             raise TemplateError(f"rendering the template failed: {reason}") from e
+        finally:
+            tempfile.tempdir = system_tmp
     return Path(project)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from new_backend.exceptions import InvalidAnswer
+from new_backend.exceptions import InvalidAnswerError
 from new_backend.validate import resolve_ops, validate_devices, validate_name
 
 
@@ -20,7 +20,7 @@ class _Checked(click.ParamType):
             return value  # already converted (a default, or a value from --from-answers)
         try:
             return self.check(value)
-        except InvalidAnswer as e:
+        except InvalidAnswerError as e:
             self.fail(e.reason, param, ctx)
 
 

@@ -1,7 +1,7 @@
 """Validation of everything a user can ask for, before a single byte is written.
 
 Each function takes the user's raw value and returns the canonical one, or
-raises :class:`~new_backend.exceptions.InvalidAnswer` with a message that says
+raises :class:`~new_backend.exceptions.InvalidAnswerError` with a message that says
 what is wrong and what would be right. The CLI's click types, the cookiecutter
 pre-generation hook and :func:`~new_backend.generate.generate_project` all call
 these functions, so every route into the template checks the same rules.
@@ -14,7 +14,7 @@ import re
 from dataclasses import asdict, dataclass
 
 from new_backend.catalogue import load_catalogue
-from new_backend.exceptions import InvalidAnswer
+from new_backend.exceptions import InvalidAnswerError
 
 MAX_NAME_LENGTH = 32
 NAME_PATTERN = re.compile(r"[a-z][a-z0-9]*(_[a-z0-9]+)*")
@@ -29,17 +29,104 @@ RESERVED_BACKEND_NAMES = frozenset(
 )  # fmt: skip
 
 CPP_KEYWORDS = frozenset(
-    """
-    alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t
-    char16_t char32_t class compl concept const consteval constexpr constinit const_cast
-    continue co_await co_return co_yield decltype default delete do double dynamic_cast
-    else enum explicit export extern false float for friend goto if inline int long
-    mutable namespace new noexcept not not_eq nullptr operator or or_eq private protected
-    public register reinterpret_cast requires return short signed sizeof static
-    static_assert static_cast struct switch template this thread_local throw true try
-    typedef typeid typename union unsigned using virtual void volatile wchar_t while xor
-    xor_eq final override import module
-    """.split()
+    [
+        "alignas",
+        "alignof",
+        "and",
+        "and_eq",
+        "asm",
+        "auto",
+        "bitand",
+        "bitor",
+        "bool",
+        "break",
+        "case",
+        "catch",
+        "char",
+        "char8_t",
+        "char16_t",
+        "char32_t",
+        "class",
+        "compl",
+        "concept",
+        "const",
+        "consteval",
+        "constexpr",
+        "constinit",
+        "const_cast",
+        "continue",
+        "co_await",
+        "co_return",
+        "co_yield",
+        "decltype",
+        "default",
+        "delete",
+        "do",
+        "double",
+        "dynamic_cast",
+        "else",
+        "enum",
+        "explicit",
+        "export",
+        "extern",
+        "false",
+        "float",
+        "for",
+        "friend",
+        "goto",
+        "if",
+        "inline",
+        "int",
+        "long",
+        "mutable",
+        "namespace",
+        "new",
+        "noexcept",
+        "not",
+        "not_eq",
+        "nullptr",
+        "operator",
+        "or",
+        "or_eq",
+        "private",
+        "protected",
+        "public",
+        "register",
+        "reinterpret_cast",
+        "requires",
+        "return",
+        "short",
+        "signed",
+        "sizeof",
+        "static",
+        "static_assert",
+        "static_cast",
+        "struct",
+        "switch",
+        "template",
+        "this",
+        "thread_local",
+        "throw",
+        "true",
+        "try",
+        "typedef",
+        "typeid",
+        "typename",
+        "union",
+        "unsigned",
+        "using",
+        "virtual",
+        "void",
+        "volatile",
+        "wchar_t",
+        "while",
+        "xor",
+        "xor_eq",
+        "final",
+        "override",
+        "import",
+        "module",
+    ]
 )
 
 DEVICES = ("cpu", "cuda")
@@ -51,29 +138,44 @@ DEFAULT_OPS = ("allreduce", "allgather")
 
 def validate_name(name: str) -> str:
     """Check a backend name: a lower-case identifier usable in C++, Python and c10d."""
-    if not isinstance(name, str) or not name:
-        raise InvalidAnswer("backend name", "it is empty")
+    if not isinstance(name, str):
+        raise InvalidAnswerError("backend name", f"expected a string, got {name!r}")
+    if not name:
+        raise InvalidAnswerError("backend name", "it is empty")
     if len(name) > MAX_NAME_LENGTH:
-        raise InvalidAnswer(
+        raise InvalidAnswerError(
             "backend name", f"{name[:40]!r}... is {len(name)} characters; at most {MAX_NAME_LENGTH}"
         )
     if "/" in name or "\\" in name or name in (".", ".."):
-        raise InvalidAnswer("backend name", f"{name!r} is a path; give a plain name such as 'mybackend'")
+        raise InvalidAnswerError(
+            "backend name", f"{name!r} is a path; give a plain name such as 'mybackend'"
+        )
     if not NAME_PATTERN.fullmatch(name):
-        raise InvalidAnswer(
+        raise InvalidAnswerError(
             "backend name",
             f"{name!r} must be lower-case letters, digits and single underscores, "
             "starting with a letter (e.g. 'mybackend' or 'my_rdma')",
         )
     if keyword.iskeyword(name):
-        raise InvalidAnswer("backend name", f"{name!r} is a Python keyword")
+        raise InvalidAnswerError("backend name", f"{name!r} is a Python keyword")
     if name in CPP_KEYWORDS:
-        raise InvalidAnswer("backend name", f"{name!r} is a C++ keyword")
+        raise InvalidAnswerError("backend name", f"{name!r} is a C++ keyword")
     if name in RESERVED_BACKEND_NAMES:
-        raise InvalidAnswer(
+        raise InvalidAnswerError(
             "backend name", f"{name!r} is already a torch.distributed backend name; pick another"
         )
     return name
+
+
+def _items(field: str, value: object) -> list[str]:
+    """A comma-separated string or a list of strings, as a list of stripped strings."""
+    if isinstance(value, str):
+        return [item.strip() for item in value.split(",")]
+    if isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value):
+        return [item.strip() for item in value]
+    raise InvalidAnswerError(
+        field, f"expected a comma-separated string or a list of names, got {value!r}"
+    )
 
 
 def resolve_ops(ops: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
@@ -82,12 +184,13 @@ def resolve_ops(ops: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
     ``"all"`` selects every op. Unknown names get close-match suggestions.
     """
     catalogue = load_catalogue()
-    items = ops.split(",") if isinstance(ops, str) else list(ops)
-    items = [item.strip() for item in items]
+    items = _items("ops", ops)
     if not any(items):
-        raise InvalidAnswer("ops", "the list is empty; try --ops allreduce,allgather or --ops all")
+        raise InvalidAnswerError(
+            "ops", "the list is empty; try --ops allreduce,allgather or --ops all"
+        )
     if "" in items:
-        raise InvalidAnswer("ops", f"{','.join(items)!r} has an empty entry")
+        raise InvalidAnswerError("ops", f"{','.join(items)!r} has an empty entry")
     if [i.lower() for i in items] == ["all"]:
         return catalogue.names
     chosen: dict[str, str] = {}
@@ -96,36 +199,35 @@ def resolve_ops(ops: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
         if op is None:
             hint = catalogue.suggest(item)
             extra = f"; did you mean {' or '.join(hint)}?" if hint else ""
-            raise InvalidAnswer(
+            raise InvalidAnswerError(
                 "ops", f"unknown op {item!r}{extra} (new-backend --list-ops lists them all)"
             )
         if op.name in chosen:
             same = "" if chosen[op.name] == item else f" (as {chosen[op.name]!r})"
-            raise InvalidAnswer("ops", f"{item!r} is listed twice{same}")
+            raise InvalidAnswerError("ops", f"{item!r} is listed twice{same}")
         chosen[op.name] = item
     return tuple(op.name for op in catalogue.ordered(list(chosen)))
 
 
 def validate_devices(devices: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
     """Check a device list such as ``"cpu,cuda"``; returns it in canonical order."""
-    items = devices.split(",") if isinstance(devices, str) else list(devices)
-    items = [item.strip().lower() for item in items]
+    items = [item.lower() for item in _items("devices", devices)]
     if not any(items) or "" in items:
-        raise InvalidAnswer("devices", "the list is empty or has an empty entry; try cpu,cuda")
+        raise InvalidAnswerError("devices", "the list is empty or has an empty entry; try cpu,cuda")
     for item in items:
         if item not in DEVICES:
-            raise InvalidAnswer(
+            raise InvalidAnswerError(
                 "devices", f"unknown device {item!r}; choose from {', '.join(DEVICES)}"
             )
     if len(set(items)) != len(items):
-        raise InvalidAnswer("devices", f"{','.join(items)!r} lists a device twice")
+        raise InvalidAnswerError("devices", f"{','.join(items)!r} lists a device twice")
     return tuple(d for d in DEVICES if d in items)
 
 
 def validate_impl(impl: str) -> str:
     """Check the implementation kind (``dummy``...)."""
-    if impl not in IMPLEMENTATIONS:
-        raise InvalidAnswer(
+    if not isinstance(impl, str) or impl not in IMPLEMENTATIONS:
+        raise InvalidAnswerError(
             "implementation", f"unknown --impl {impl!r}; choose from {', '.join(IMPLEMENTATIONS)}"
         )
     return impl

@@ -20,5 +20,5 @@ try:
         devices={{ cookiecutter.devices | tojson }},
         impl={{ cookiecutter.impl | tojson }},
     )
-except exceptions.InvalidAnswer as e:
+except exceptions.InvalidAnswerError as e:
     sys.exit(f"new-backend: {e}")

@@ -13,7 +13,11 @@ cases check real results.
 from __future__ import annotations
 
 import functools
+import inspect
+import os
+import threading
 import time
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -27,14 +31,19 @@ OPS = {
 #: Whether the backend really communicates (False: the tutorial's dummy semantics).
 REAL = False
 
-_GROUPS: dict[tuple[int, ...], object] = {}
+_GROUPS: dict[tuple, object] = {}
 
 
-def subgroup(ranks: tuple[int, ...]):
+def subgroup(ranks: tuple[int, ...], backend: str | None = None):
     """The process group of ``ranks``, created once (every rank must take part)."""
-    if ranks not in _GROUPS:
-        _GROUPS[ranks] = dist.new_group(list(ranks))
-    return _GROUPS[ranks]
+    if (ranks, backend) not in _GROUPS:
+        _GROUPS[ranks, backend] = dist.new_group(list(ranks), backend=backend)
+    return _GROUPS[ranks, backend]
+
+
+def gloo_group():
+    """gloo over every rank: the reference the tests compare this backend with."""
+    return subgroup(tuple(range(dist.get_world_size())), backend="gloo")
 
 
 class Ctx:
@@ -43,15 +52,16 @@ class Ctx:
     def __init__(
         self,
         dtype: str = "float32",
-        op: str = "SUM",
+        reduce_op: str = "SUM",
         root_index: int = 0,
         async_op: bool = False,
         n: int = 10,
         group_ranks: tuple[int, ...] | None = None,
         noncontiguous: bool = False,
+        gloo: bool = False,
     ):
         self.rank = dist.get_rank()
-        self.group = None
+        self.group = gloo_group() if gloo else None
         self.ranks = list(range(dist.get_world_size()))
         if group_ranks is not None:
             group = subgroup(tuple(group_ranks))
@@ -63,8 +73,9 @@ class Ctx:
         self.index = self.ranks.index(self.rank)
         self.root = self.ranks[root_index % self.world]
         self.dtype = getattr(torch, dtype)
-        self.op = getattr(dist.ReduceOp, op)
+        self.op = getattr(dist.ReduceOp, reduce_op)
         self.async_op = async_op
+        self.handles: list | None = None  # when a list, finish() keeps handles instead
         self.n = n
         self.noncontiguous = noncontiguous
         self.real = REAL
@@ -103,7 +114,12 @@ class Ctx:
 
     def reduce(self, tensors: list[torch.Tensor]) -> torch.Tensor:
         """The reduction of ``tensors`` with ``self.op``, computed in a wide type."""
-        wide = torch.float64 if self.dtype.is_floating_point else torch.int64
+        if self.dtype.is_complex:
+            wide = torch.complex128
+        elif self.dtype.is_floating_point:
+            wide = torch.float64
+        else:
+            wide = torch.int64
         xs = [t.to(wide) for t in tensors]
         op = self.op
         if op == dist.ReduceOp.SUM:
@@ -133,7 +149,11 @@ class Ctx:
         if not self.real:
             assert not actual.any(), f"{BACKEND} should zero its outputs, got {actual}"
             return
-        if self.dtype.is_floating_point:
+        if self.dtype.itemsize == 1 and self.dtype.is_floating_point:  # float8: compare bits
+            assert torch.equal(actual.view(torch.uint8), expected.view(torch.uint8)), (
+                f"got {actual}, expected {expected}"
+            )
+        elif self.dtype.is_floating_point or self.dtype.is_complex:
             loose = self.dtype in (torch.float16, torch.bfloat16)
             torch.testing.assert_close(
                 actual, expected, rtol=1e-2 if loose else 1e-5, atol=1e-2 if loose else 1e-6
@@ -156,16 +176,24 @@ class Ctx:
             assert handle is None, f"a synchronous call returned {handle!r}"
             return
         assert handle is not None, "an async_op=True call returned no handle"
+        if self.handles is not None:
+            self.handles.append(handle)
+            return
         if isinstance(handle, torch._C.Future):  # some calls return a bare future
             handle.wait()
             assert handle.done()
             return
         future = handle.get_future()
-        assert handle.wait() is True
+        chained = future.then(lambda f: [t.clone() for t in _tensors(f.value())])
+        assert handle.wait(timeout=timedelta(seconds=60)) is True
         assert handle.is_completed() and handle.is_success()
         assert handle.exception() is None
         assert future.done()
-        future.value()  # raises if the op failed
+        outputs = _tensors(future.value())  # raises if the op failed
+        assert [t.data_ptr() for t in handle.result()] == [t.data_ptr() for t in outputs]
+        copies = chained.wait()
+        assert len(copies) == len(outputs)
+        assert all(torch.equal(a, b) for a, b in zip(copies, outputs))
 
     def call(self, fn, *args, **kwargs) -> None:
         """Calls a collective with this case's group and async_op, and finishes it."""
@@ -208,6 +236,13 @@ class _NotMember(Exception):
     """This rank is not in the case's subgroup: nothing to do."""
 
 
+def _tensors(value) -> list[torch.Tensor]:
+    """The tensors in a future's value (a tensor, or nested lists of them), flattened."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    return [t for item in value for t in _tensors(item)]
+
+
 # -- one case per op (from new-backend's catalogue) ----------------------------
 
 
@@ -228,6 +263,14 @@ def allgather(ctx: Ctx) -> None:
 
 # -- cases about the backend as a whole ------------------------------------------
 
+#: The op the runtime cases use: one collective that needs every rank.
+PROBE = "allreduce"
+
+
+def probe(ctx: Ctx, n: int | None = None):
+    """Issues PROBE asynchronously and returns its Work."""
+    return dist.all_reduce(ctx.data(ctx.rank, n=n), group=ctx.group, async_op=True)
+
 
 def unsupported(ctx: Ctx) -> None:
     """An op the backend lacks raises a RuntimeError that names the backend and the op."""
@@ -239,10 +282,89 @@ def unsupported(ctx: Ctx) -> None:
         ctx.check(t, ctx.data(ctx.root))
 
 
+def concurrent(ctx: Ctx, threads: int = 4, repeat: int = 5) -> None:
+    """PROBE from several Python threads at once: every call completes correctly.
+
+    Every thread issues the same collective with the same data, so whichever
+    thread's call a rank's call meets on another rank, the result is right.
+    """
+    if PROBE is None:
+        raise Skip("the backend has none of the ops the runtime cases use")
+    errors: list[str] = []
+
+    def issue() -> None:
+        try:
+            for _ in range(repeat):
+                globals()[PROBE](ctx)
+        except BaseException:
+            import traceback
+
+            errors.append(traceback.format_exc())
+
+    workers = [threading.Thread(target=issue) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert not errors, errors[0]
+
+
+def destroy_pending(ctx: Ctx) -> None:
+    """destroy_process_group() with work pending: the work completes or fails clearly, fast."""
+    # With a real backend only rank 0 calls the op, so it cannot complete.
+    work = probe(ctx) if ctx.index == 0 or not ctx.real else None
+    start = time.monotonic()
+    dist.destroy_process_group()
+    if work is not None:
+        try:
+            assert work.wait() is True
+            assert not ctx.real, "a collective only rank 0 joined cannot succeed"
+        except RuntimeError as e:
+            assert ctx.real, f"the dummy's op should have completed: {e}"
+            assert f"Backend {BACKEND}" in str(e) and "destroyed" in str(e), str(e)
+    assert time.monotonic() - start < 20, "destroy_process_group() took too long"
+
+
+def bad_calls(ctx: Ctx) -> None:
+    """Bad arguments fail at once, on the caller's thread, naming the backend, op and reason."""
+    import pytest
+
+    pg = ctx.group or dist.group.WORLD
+    here = ctx.ranks.index(ctx.rank)
+
+    def expect(op: str, reason: str):
+        pattern = rf"Backend {BACKEND} \(rank {here}\): {op}: .*{reason}"
+        return pytest.raises(RuntimeError, match=pattern)
+
+    checked = 0
+    with expect("allreduce", "exactly one tensor"):
+        pg.allreduce([ctx.data(0), ctx.data(0)])
+    options = dist.AllreduceOptions()
+    options.reduceOp = dist._make_nccl_premul_sum(2.0)
+    with expect("allreduce", "not supported"):
+        pg.allreduce([ctx.data(0)], options)
+    checked += 1
+    with expect("allgather", "one tensor per rank"):
+        pg.allgather([[ctx.empty()] * (ctx.world + 1)], [ctx.data(0)])
+    with expect("allgather", "elements, expected"):
+        pg.allgather([[ctx.empty(ctx.n + 1) for _ in ctx.ranks]], [ctx.data(0)])
+    with expect("allgather", "has dtype Double"):
+        pg.allgather([[torch.zeros(ctx.n, dtype=torch.float64) for _ in ctx.ranks]], [torch.zeros(ctx.n)])
+    checked += 1
+    if not checked:
+        raise Skip("none of the ops these checks use is implemented")
+
+
 def run(case: str, subgroup_ranks=None, **params):
-    """Entry point for harness: runs one case on this rank."""
+    """Entry point for harness: runs one case on this rank.
+
+    Parameters the case function takes go to it; the others configure its Ctx.
+    """
+    function = globals()[case]
+    accepted = inspect.signature(function).parameters
+    own = {name: params.pop(name) for name in list(params) if name in accepted}
     try:
         ctx = Ctx(group_ranks=subgroup_ranks, **params)
     except _NotMember:
         return None
-    return globals()[case](ctx)
+    return function(ctx, **own)

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -39,8 +40,9 @@ struct Group {
 struct OpContext {
   const Group& group;
   const char* op;  // the op's name, e.g. "allreduce"
-  uint64_t seq;    // the op's number in its group: the same on every rank
+  uint64_t seq;    // the op's number among this group's ops on this rank
   std::chrono::steady_clock::time_point deadline;  // give up after this
+  std::chrono::milliseconds timeout;               // the op's timeout
 
   // True once the op should give up: its deadline passed or the group was
   // destroyed. Check it while waiting for peers.
@@ -64,40 +66,58 @@ namespace ops {
 
 // Copies the root's tensor into the tensor of every rank.
 void broadcast(const OpContext& ctx, at::Tensor& tensor, int root);
+
 // Reduces the tensor of every rank; every rank gets the result.
 void allreduce(const OpContext& ctx, at::Tensor& tensor, Reduction op);
+
 // All-reduces several tensors as one operation.
 void allreduce_coalesced(const OpContext& ctx, std::vector<at::Tensor>& tensors, Reduction op);
+
 // Reduces the tensor of every rank into the root's tensor.
 void reduce(const OpContext& ctx, at::Tensor& tensor, Reduction op, int root);
+
 // Gathers the tensor of every rank into a list on every rank.
 void allgather(const OpContext& ctx, std::vector<at::Tensor>& outputs, const at::Tensor& input);
+
 // Gathers the tensor of every rank into one flat tensor on every rank.
 void _allgather_base(const OpContext& ctx, at::Tensor& output, const at::Tensor& input);
+
 // All-gathers several tensors as one operation.
 void allgather_coalesced(const OpContext& ctx, std::vector<std::vector<at::Tensor>>& outputs, const std::vector<at::Tensor>& inputs);
+
 // Runs several flat all-gathers as one operation.
 void allgather_into_tensor_coalesced(const OpContext& ctx, std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& inputs);
+
 // Gathers the tensor of every rank into a list on the root.
 void gather(const OpContext& ctx, std::vector<at::Tensor>& outputs, const at::Tensor& input, int root);
+
 // Sends the root's i-th tensor to rank i.
 void scatter(const OpContext& ctx, at::Tensor& output, const std::vector<at::Tensor>& inputs, int root);
+
 // Reduces the i-th tensor of every rank into the output of rank i.
 void reduce_scatter(const OpContext& ctx, at::Tensor& output, const std::vector<at::Tensor>& inputs, Reduction op);
+
 // Reduces one flat tensor of every rank; rank i keeps the i-th chunk.
 void _reduce_scatter_base(const OpContext& ctx, at::Tensor& output, const at::Tensor& input, Reduction op);
+
 // Runs several flat reduce-scatters as one operation.
 void reduce_scatter_tensor_coalesced(const OpContext& ctx, std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& inputs, Reduction op);
+
 // Every rank sends a slice of one flat tensor to every rank (splits may be uneven).
 void alltoall_base(const OpContext& ctx, at::Tensor& output, const at::Tensor& input, const std::vector<int64_t>& outputSplits, const std::vector<int64_t>& inputSplits);
+
 // Every rank sends its i-th tensor to rank i.
 void alltoall(const OpContext& ctx, std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& inputs);
+
 // Sends the tensor to one peer, matched by tag.
 void send(const OpContext& ctx, const at::Tensor& tensor, int dst, int tag);
+
 // Receives a tensor from one peer, matched by tag.
 void recv(const OpContext& ctx, at::Tensor& tensor, int src, int tag);
+
 // Receives a tensor from whichever peer sends first with the tag.
 int recvAnysource(const OpContext& ctx, at::Tensor& tensor, int tag);
+
 // Returns once every rank has entered it.
 void barrier(const OpContext& ctx);
 

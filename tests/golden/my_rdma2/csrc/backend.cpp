@@ -426,7 +426,7 @@ void WorkMyRdma2::run() {
     error = backendError(describe() + ": timed out after " + std::to_string(timeout_.count()) + " ms before it could start");
   } else {
     try {
-      const OpContext ctx{*group_, op_, seq_, deadline_};
+      const OpContext ctx{*group_, op_, seq_, deadline_, timeout_};
       body_(ctx, *this);
     } catch (...) {
       error = backendError(describe() + " failed: " + errorMessage(std::current_exception()));
@@ -437,6 +437,9 @@ void WorkMyRdma2::run() {
 }
 
 void WorkMyRdma2::finish(std::exception_ptr error) {
+  if (finishing_.exchange(true)) {
+    return;
+  }
   if (error) {
     future_->setError(error);
   } else {
@@ -487,11 +490,19 @@ bool WorkMyRdma2::wait(std::chrono::milliseconds timeout) {
     const auto until = useOwn ? deadline_ : Clock::now() + timeout;
     std::unique_lock<std::mutex> lock(mutex_);
     if (!cv_.wait_until(lock, until, [this] { return done_.load(std::memory_order_acquire); })) {
+      lock.unlock();
       const auto limit = useOwn ? timeout_ : timeout;
-      C10_THROW_ERROR(
-          DistBackendError,
+      const std::exception_ptr error = backendError(
           describe() + " timed out after " + std::to_string(limit.count()) +
-              " ms (the op has not completed; a peer may have failed or not called it)");
+          " ms (the op has not completed; a peer may have failed or not called it)");
+      if (!useOwn) {
+        std::rethrow_exception(error);
+      }
+      // The op's own timeout passed: it has failed, unless it completed just
+      // now, in which case whoever finished it first wins.
+      finish(error);
+      lock.lock();
+      cv_.wait(lock, [this] { return done_.load(std::memory_order_acquire); });
     }
   }
   if (error_) {

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -39,8 +40,9 @@ struct Group {
 struct OpContext {
   const Group& group;
   const char* op;  // the op's name, e.g. "allreduce"
-  uint64_t seq;    // the op's number in its group: the same on every rank
+  uint64_t seq;    // the op's number among this group's ops on this rank
   std::chrono::steady_clock::time_point deadline;  // give up after this
+  std::chrono::milliseconds timeout;               // the op's timeout
 
   // True once the op should give up: its deadline passed or the group was
   // destroyed. Check it while waiting for peers.
@@ -64,14 +66,19 @@ namespace ops {
 
 // Reduces one flat tensor of every rank; rank i keeps the i-th chunk.
 void _reduce_scatter_base(const OpContext& ctx, at::Tensor& output, const at::Tensor& input, Reduction op);
+
 // Every rank sends a slice of one flat tensor to every rank (splits may be uneven).
 void alltoall_base(const OpContext& ctx, at::Tensor& output, const at::Tensor& input, const std::vector<int64_t>& outputSplits, const std::vector<int64_t>& inputSplits);
+
 // Sends the tensor to one peer, matched by tag.
 void send(const OpContext& ctx, const at::Tensor& tensor, int dst, int tag);
+
 // Receives a tensor from one peer, matched by tag.
 void recv(const OpContext& ctx, at::Tensor& tensor, int src, int tag);
+
 // Receives a tensor from whichever peer sends first with the tag.
 int recvAnysource(const OpContext& ctx, at::Tensor& tensor, int tag);
+
 // Returns once every rank has entered it.
 void barrier(const OpContext& ctx);
 

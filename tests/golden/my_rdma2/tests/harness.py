@@ -40,20 +40,39 @@ def free_port() -> int:
 
 
 class Cluster:
-    """``world_size`` ranks, spawned and joined into one process group."""
+    """``world_size`` ranks, started and joined into one process group.
 
-    def __init__(self, world_size: int, group_timeout: float = GROUP_TIMEOUT, env=None):
+    ``init`` picks how they rendezvous: "tcp" (``tcp://`` URL), "env"
+    (``env://``: MASTER_ADDR and friends), "file" (``file://``) or "store" (an
+    explicit TCPStore passed as ``store=``). ``start`` is the multiprocessing
+    start method: "spawn", or "fork" (children of a parent that imported the
+    package).
+    """
+
+    def __init__(
+        self,
+        world_size: int,
+        group_timeout: float = GROUP_TIMEOUT,
+        init: str = "tcp",
+        start: str = "spawn",
+        env=None,
+        scratch: str | None = None,
+    ):
         self.world_size = world_size
         self.broken = False
-        context = multiprocessing.get_context("spawn")
-        port = free_port()
+        context = multiprocessing.get_context(start)
+        rendezvous = {"init": init, "port": free_port(), "timeout": group_timeout}
+        if init == "file":
+            import tempfile
+
+            rendezvous["file"] = os.path.join(scratch or tempfile.mkdtemp(), "rendezvous")
         self.conns = []
         self.procs = []
         for rank in range(world_size):
             parent, child = context.Pipe()
             proc = context.Process(
                 target=_serve,
-                args=(rank, world_size, port, group_timeout, env or {}, child),
+                args=(rank, world_size, rendezvous, env or {}, child),
                 daemon=True,
             )
             proc.start()
@@ -62,21 +81,26 @@ class Cluster:
             self.procs.append(proc)
         self._collect("init_process_group")
 
-    def run(self, case: str, **params) -> list:
-        """Runs ``cases.<case>(Ctx(**params))`` on every rank; returns each rank's result."""
+    def run(self, case: str, exits: frozenset[int] = frozenset(), **params) -> list:
+        """Runs ``cases.<case>(Ctx(**params))`` on every rank; returns each rank's result.
+
+        Ranks in ``exits`` are expected to exit during the case (their result is None).
+        """
         if self.broken:
             raise ClusterError("the cluster was killed by an earlier failure")
         for conn in self.conns:
             conn.send((case, params))
-        return self._collect(f"{case}({params})")
+        return self._collect(f"{case}({params})", exits)
 
     def close(self) -> None:
-        if not self.broken:
-            for conn in self.conns:
-                try:
-                    conn.send(None)
-                except OSError:
-                    pass
+        if self.broken:
+            self.kill()
+            return
+        for conn in self.conns:
+            try:
+                conn.send(None)
+            except OSError:
+                pass
         for proc in self.procs:
             proc.join(timeout=30)
             if proc.is_alive():
@@ -90,7 +114,7 @@ class Cluster:
         for proc in self.procs:
             proc.join()
 
-    def _collect(self, what: str) -> list:
+    def _collect(self, what: str, exits: frozenset[int] = frozenset()) -> list:
         replies: list = [None] * self.world_size
         pending = set(range(self.world_size))
         deadline = CASE_TIMEOUT
@@ -107,7 +131,10 @@ class Cluster:
                 try:
                     replies[rank] = conn.recv()
                 except EOFError:
-                    replies[rank] = ("error", f"rank {rank} exited (code {self.procs[rank].exitcode})")
+                    self.procs[rank].join(timeout=10)
+                    code = self.procs[rank].exitcode
+                    replies[rank] = ("ok", None) if rank in exits else ("error", f"rank {rank} exited (code {code})")
+                    self.broken = self.broken or rank in exits
                 pending.discard(rank)
         errors = [(r, reply[1]) for r, reply in enumerate(replies) if reply[0] == "error"]
         if errors:
@@ -125,21 +152,37 @@ class Cluster:
         return [reply[1] for reply in replies]
 
 
-def _serve(rank, world_size, port, group_timeout, env, conn):
+def _init(rank: int, world_size: int, rendezvous: dict) -> None:
+    import torch.distributed as dist
+
+    import my_rdma2_collectives  # noqa: F401  (registers the backend)
+
+    timeout = timedelta(seconds=rendezvous["timeout"])
+    how = rendezvous["init"]
+    if how == "tcp":
+        url = f"tcp://127.0.0.1:{rendezvous['port']}"
+        dist.init_process_group(BACKEND, init_method=url, rank=rank, world_size=world_size, timeout=timeout)
+    elif how == "env":
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(rendezvous["port"]),
+                          RANK=str(rank), WORLD_SIZE=str(world_size))
+        dist.init_process_group(BACKEND, timeout=timeout)
+    elif how == "file":
+        url = f"file://{rendezvous['file']}"
+        dist.init_process_group(BACKEND, init_method=url, rank=rank, world_size=world_size, timeout=timeout)
+    elif how == "store":
+        store = dist.TCPStore("127.0.0.1", rendezvous["port"], world_size, rank == 0, timeout=timeout)
+        dist.init_process_group(BACKEND, store=store, rank=rank, world_size=world_size, timeout=timeout)
+    else:
+        raise ValueError(f"unknown init method {how!r}")
+
+
+def _serve(rank, world_size, rendezvous, env, conn):
     """The main loop of one rank."""
     os.environ.update(env)
     try:
         import torch.distributed as dist
 
-        import my_rdma2_collectives  # noqa: F401  (registers the backend)
-
-        dist.init_process_group(
-            BACKEND,
-            init_method=f"tcp://127.0.0.1:{port}",
-            rank=rank,
-            world_size=world_size,
-            timeout=timedelta(seconds=group_timeout),
-        )
+        _init(rank, world_size, rendezvous)
         import cases
     except BaseException:
         conn.send(("error", traceback.format_exc()))
@@ -159,4 +202,5 @@ def _serve(rank, world_size, port, group_timeout, env, conn):
             conn.send(("skip", str(e)))
         except BaseException:
             conn.send(("error", traceback.format_exc()))
-    dist.destroy_process_group()
+    if dist.is_initialized():
+        dist.destroy_process_group()

@@ -113,7 +113,8 @@ class WorkSingle : public c10d::Work {
 
   // Runs the body on the worker thread and completes the future.
   void run();
-  // Completes the op with `error` (nullptr for success). Happens once.
+  // Completes the op with `error` (nullptr for success). Only the first call
+  // counts: an op that timed out in wait() stays failed when its body returns.
   void finish(std::exception_ptr error);
   // Prefixes messages with the backend, rank, op and sequence number.
   std::string describe() const;
@@ -126,6 +127,7 @@ class WorkSingle : public c10d::Work {
   Body body_;
   uint64_t seq_ = 0;  // set by WorkQueue::push
   int sourceRank_ = -1;
+  std::atomic<bool> finishing_{false};
   std::atomic<bool> done_{false};
   std::exception_ptr error_;  // written before done_ is set
   c10::intrusive_ptr<c10::ivalue::Future> future_;

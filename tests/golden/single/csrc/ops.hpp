@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -39,8 +40,9 @@ struct Group {
 struct OpContext {
   const Group& group;
   const char* op;  // the op's name, e.g. "allreduce"
-  uint64_t seq;    // the op's number in its group: the same on every rank
+  uint64_t seq;    // the op's number among this group's ops on this rank
   std::chrono::steady_clock::time_point deadline;  // give up after this
+  std::chrono::milliseconds timeout;               // the op's timeout
 
   // True once the op should give up: its deadline passed or the group was
   // destroyed. Check it while waiting for peers.

@@ -1,0 +1,412 @@
+// StoreExchange: see store_exchange.hpp.
+#include "store_exchange.hpp"
+
+#include <ATen/ops/from_blob.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+#include <thread>
+
+#include "ops.hpp"
+
+namespace store_all_collectives {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Blob = std::vector<uint8_t>;
+
+// Every value starts with this header, so a receiver can check that the
+// sender agrees on the dtype and the number of elements before it copies.
+struct Header {
+  uint32_t magic;
+  int32_t dtype;
+  int64_t numel;
+};
+static_assert(sizeof(Header) == 16, "the payload must stay 16-byte aligned");
+constexpr uint32_t kTensorMagic = 0x31584e42;  // "BNX1"
+constexpr uint32_t kAbortMagic = 0x21584e42;   // "BNX!": the group was destroyed
+
+Blob encode(const at::Tensor& tensor) {
+  const at::Tensor bytes = tensor.cpu().contiguous();
+  const size_t size = bytes.nbytes();
+  Blob blob(sizeof(Header) + size);
+  const Header header{kTensorMagic, static_cast<int32_t>(bytes.scalar_type()), bytes.numel()};
+  std::memcpy(blob.data(), &header, sizeof(Header));
+  if (size > 0) {
+    std::memcpy(blob.data() + sizeof(Header), bytes.data_ptr(), size);
+  }
+  return blob;
+}
+
+Blob abortBlob() {
+  Blob blob(sizeof(Header));
+  const Header header{kAbortMagic, 0, 0};
+  std::memcpy(blob.data(), &header, sizeof(Header));
+  return blob;
+}
+
+std::string ranksText(const std::vector<int>& ranks) {
+  std::ostringstream out;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    out << (i ? ", " : "") << ranks[i];
+  }
+  return out.str();
+}
+
+// A flat CPU tensor that owns `blob`'s payload (no copy), after checking that
+// it holds `numel` elements of `like`'s dtype.
+at::Tensor decode(Blob blob, const at::Tensor& like, int64_t numel, int fromRank) {
+  TORCH_CHECK(blob.size() >= sizeof(Header), "rank ", fromRank, " sent a malformed message");
+  Header header;
+  std::memcpy(&header, blob.data(), sizeof(Header));
+  TORCH_CHECK(header.magic != kAbortMagic, "the process group was destroyed while waiting for rank ", fromRank);
+  TORCH_CHECK(header.magic == kTensorMagic, "rank ", fromRank, " sent a malformed message");
+  const auto dtype = static_cast<c10::ScalarType>(header.dtype);
+  TORCH_CHECK(
+      dtype == like.scalar_type(),
+      "rank ", fromRank, " sent ", dtype, " data, but this rank's tensor is ", like.scalar_type());
+  TORCH_CHECK(
+      header.numel == numel,
+      "rank ", fromRank, " sent ", header.numel, " elements, but this rank expects ", numel);
+  auto* owner = new Blob(std::move(blob));
+  return at::from_blob(
+      owner->data() + sizeof(Header),
+      {numel},
+      [owner](void*) { delete owner; },
+      like.options().device(c10::kCPU));
+}
+
+} // namespace
+
+StoreExchange::StoreExchange(c10::intrusive_ptr<c10d::Store> store) : store_(std::move(store)) {}
+
+StoreExchange::~StoreExchange() = default;
+
+c10d::Store& StoreExchange::traffic() {
+  if (!traffic_) {
+    // A connection of our own: a TCPStore client serves one request at a
+    // time, and an exchange may block in wait() for a long time.
+    try {
+      traffic_ = store_->clone();
+    } catch (const std::exception&) {
+      traffic_ = store_;
+    }
+  }
+  return *traffic_;
+}
+
+std::string StoreExchange::collectiveKey(const OpContext& ctx, const std::string& name) {
+  std::ostringstream key;
+  key << ctx.group.backend << "/c" << collective_ << "." << step_ << "/" << name;
+  return key.str();
+}
+
+std::string StoreExchange::p2pKey(int src, int dst, int tag, uint64_t n) const {
+  std::ostringstream key;
+  key << "p2p/" << src << ">" << dst << "/t" << tag << "/" << n;
+  return key.str();
+}
+
+void StoreExchange::put(const std::string& key, const at::Tensor& tensor) {
+  traffic().set(key, encode(tensor));
+}
+
+void StoreExchange::await(
+    const OpContext& ctx,
+    const std::vector<std::string>& keys,
+    const std::vector<int>& fromRanks) {
+  {
+    std::lock_guard<std::mutex> lock(waitingMutex_);
+    TORCH_CHECK(!aborted_, "the process group was destroyed");
+    waiting_ = keys;
+  }
+  const auto remaining =
+      std::chrono::duration_cast<std::chrono::milliseconds>(ctx.deadline - Clock::now());
+  bool timedOut = remaining.count() <= 0;
+  if (!timedOut) {
+    try {
+      traffic().wait(keys, remaining);
+    } catch (const c10::DistStoreError&) {
+      timedOut = true;
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(waitingMutex_);
+    waiting_.clear();
+    TORCH_CHECK(!aborted_, "the process group was destroyed");
+  }
+  if (timedOut) {
+    std::vector<int> missing;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (!traffic().check({keys[i]})) {
+        missing.push_back(fromRanks[i]);
+      }
+    }
+    TORCH_CHECK(
+        false,
+        "timed out after ", ctx.timeout.count(), " ms waiting for rank(s) ", ranksText(missing),
+        " (a rank that never calls ", ctx.op, ", or that died, blocks the others)");
+  }
+}
+
+void StoreExchange::dropWhenAllRead(
+    const std::string& counter,
+    int64_t readers,
+    const std::vector<std::string>& keys) {
+  if (traffic().add(counter, 1) == readers) {
+    for (const std::string& key : keys) {
+      traffic().deleteKey(key);
+    }
+    traffic().deleteKey(counter);
+  }
+}
+
+std::vector<at::Tensor> StoreExchange::allgather(const OpContext& ctx, const at::Tensor& tensor) {
+  const int me = ctx.group.rank;
+  const int size = ctx.group.size;
+  if (size == 1) {
+    return {tensor};
+  }
+  beginExchange(ctx);
+  std::vector<std::string> keys;
+  std::vector<int> from;
+  std::vector<std::string> all;
+  for (int r = 0; r < size; ++r) {
+    all.push_back(collectiveKey(ctx, "r" + std::to_string(r)));
+    if (r != me) {
+      keys.push_back(all.back());
+      from.push_back(r);
+    }
+  }
+  put(all[me], tensor);
+  await(ctx, keys, from);
+  std::vector<Blob> blobs = traffic().multiGet(keys);
+  dropWhenAllRead(collectiveKey(ctx, "read"), size, all);
+  std::vector<at::Tensor> result;
+  for (int r = 0, i = 0; r < size; ++r) {
+    result.push_back(
+        r == me ? tensor
+                : decode(std::move(blobs[i++]), tensor, tensor.numel(), r).view(tensor.sizes()));
+  }
+  return result;
+}
+
+std::vector<at::Tensor> StoreExchange::gather(
+    const OpContext& ctx,
+    const at::Tensor& tensor,
+    int root) {
+  const int me = ctx.group.rank;
+  const int size = ctx.group.size;
+  if (size == 1) {
+    return {tensor};
+  }
+  beginExchange(ctx);
+  if (me != root) {
+    put(collectiveKey(ctx, "r" + std::to_string(me)), tensor);
+    return {};
+  }
+  std::vector<std::string> keys;
+  std::vector<int> from;
+  for (int r = 0; r < size; ++r) {
+    if (r != me) {
+      keys.push_back(collectiveKey(ctx, "r" + std::to_string(r)));
+      from.push_back(r);
+    }
+  }
+  await(ctx, keys, from);
+  std::vector<Blob> blobs = traffic().multiGet(keys);
+  for (const std::string& key : keys) {
+    traffic().deleteKey(key);  // the root is the only reader
+  }
+  std::vector<at::Tensor> result;
+  for (int r = 0, i = 0; r < size; ++r) {
+    result.push_back(
+        r == me ? tensor
+                : decode(std::move(blobs[i++]), tensor, tensor.numel(), r).view(tensor.sizes()));
+  }
+  return result;
+}
+
+void StoreExchange::broadcast(const OpContext& ctx, at::Tensor& tensor, int root) {
+  const int size = ctx.group.size;
+  if (size == 1) {
+    return;
+  }
+  beginExchange(ctx);
+  const std::string key = collectiveKey(ctx, "b");
+  if (ctx.group.rank == root) {
+    put(key, tensor);
+    return;
+  }
+  await(ctx, {key}, {root});
+  Blob blob = traffic().get(key);
+  dropWhenAllRead(collectiveKey(ctx, "read"), size - 1, {key});
+  tensor.copy_(decode(std::move(blob), tensor, tensor.numel(), root).view(tensor.sizes()));
+}
+
+at::Tensor StoreExchange::scatter(
+    const OpContext& ctx,
+    const std::vector<at::Tensor>& chunks,
+    int root,
+    const at::Tensor& like) {
+  const int me = ctx.group.rank;
+  const int size = ctx.group.size;
+  if (size == 1) {
+    return chunks.at(0);
+  }
+  beginExchange(ctx);
+  if (me == root) {
+    std::vector<std::string> keys;
+    std::vector<Blob> blobs;
+    for (int r = 0; r < size; ++r) {
+      if (r != me) {
+        keys.push_back(collectiveKey(ctx, "s" + std::to_string(r)));
+        blobs.push_back(encode(chunks[r]));
+      }
+    }
+    traffic().multiSet(keys, blobs);
+    return chunks[me];
+  }
+  const std::string key = collectiveKey(ctx, "s" + std::to_string(me));
+  await(ctx, {key}, {root});
+  Blob blob = traffic().get(key);
+  traffic().deleteKey(key);
+  return decode(std::move(blob), like, like.numel(), root).view(like.sizes());
+}
+
+std::vector<at::Tensor> StoreExchange::alltoall(
+    const OpContext& ctx,
+    const std::vector<at::Tensor>& chunks,
+    const std::vector<int64_t>& counts) {
+  const int me = ctx.group.rank;
+  const int size = ctx.group.size;
+  const at::Tensor& like = chunks.at(me);
+  TORCH_CHECK(
+      like.numel() == counts.at(me),
+      "this rank sends itself ", like.numel(), " elements but expects ", counts.at(me));
+  if (size == 1) {
+    return {like.reshape(-1)};
+  }
+  beginExchange(ctx);
+  std::vector<std::string> outgoing;
+  std::vector<Blob> blobs;
+  std::vector<std::string> incoming;
+  std::vector<int> from;
+  std::vector<int64_t> expected;
+  for (int r = 0; r < size; ++r) {
+    if (r == me) {
+      continue;
+    }
+    outgoing.push_back(collectiveKey(ctx, std::to_string(me) + ">" + std::to_string(r)));
+    blobs.push_back(encode(chunks[r]));
+    incoming.push_back(collectiveKey(ctx, std::to_string(r) + ">" + std::to_string(me)));
+    from.push_back(r);
+    expected.push_back(counts[r]);
+  }
+  traffic().multiSet(outgoing, blobs);
+  await(ctx, incoming, from);
+  std::vector<Blob> received = traffic().multiGet(incoming);
+  for (const std::string& key : incoming) {
+    traffic().deleteKey(key);  // each chunk has one reader: this rank
+  }
+  std::vector<at::Tensor> result;
+  for (int r = 0, i = 0; r < size; ++r) {
+    if (r == me) {
+      result.push_back(like.reshape(-1));
+    } else {
+      result.push_back(decode(std::move(received[i]), like, expected[i], r));
+      ++i;
+    }
+  }
+  return result;
+}
+
+void StoreExchange::barrier(const OpContext& ctx) {
+  const int me = ctx.group.rank;
+  const int size = ctx.group.size;
+  if (size == 1) {
+    return;
+  }
+  beginExchange(ctx);
+  std::vector<std::string> all;
+  std::vector<std::string> others;
+  std::vector<int> from;
+  for (int r = 0; r < size; ++r) {
+    all.push_back(collectiveKey(ctx, "r" + std::to_string(r)));
+    if (r != me) {
+      others.push_back(all.back());
+      from.push_back(r);
+    }
+  }
+  traffic().set(all[me], Blob{});
+  await(ctx, others, from);
+  dropWhenAllRead(collectiveKey(ctx, "read"), size, all);
+}
+
+void StoreExchange::send(const OpContext& ctx, const at::Tensor& tensor, int dst, int tag) {
+  const int me = ctx.group.rank;
+  uint64_t& n = sent_[{me, dst, tag}];
+  put(p2pKey(me, dst, tag, n), tensor);  // the receiver deletes it
+  ++n;
+}
+
+void StoreExchange::recv(const OpContext& ctx, at::Tensor& tensor, int src, int tag) {
+  const int me = ctx.group.rank;
+  uint64_t& n = received_[{src, me, tag}];
+  const std::string key = p2pKey(src, me, tag, n);
+  await(ctx, {key}, {src});
+  Blob blob = traffic().get(key);
+  traffic().deleteKey(key);
+  ++n;
+  tensor.copy_(decode(std::move(blob), tensor, tensor.numel(), src).view(tensor.sizes()));
+}
+
+int StoreExchange::recvAnysource(const OpContext& ctx, at::Tensor& tensor, int tag) {
+  const int me = ctx.group.rank;
+  // A store cannot wait for "any of these keys", so poll, backing off from
+  // 50 us to 5 ms between rounds.
+  auto pause = std::chrono::microseconds(50);
+  for (;;) {
+    for (int src = 0; src < ctx.group.size; ++src) {
+      if (src != me && traffic().check({p2pKey(src, me, tag, received_[{src, me, tag}])})) {
+        recv(ctx, tensor, src, tag);
+        return src;
+      }
+    }
+    TORCH_CHECK(!ctx.group.aborted.load(), "the process group was destroyed");
+    TORCH_CHECK(
+        Clock::now() < ctx.deadline,
+        "timed out after ", ctx.timeout.count(), " ms: no rank sent a message with tag ", tag);
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(5000));
+  }
+}
+
+void StoreExchange::abort() {
+  std::lock_guard<std::mutex> lock(waitingMutex_);
+  aborted_ = true;
+  // Complete the keys the worker waits for, so that its wait() returns now.
+  // compareSet with an empty expected value only sets keys that do not exist.
+  for (const std::string& key : waiting_) {
+    try {
+      store_->compareSet(key, {}, abortBlob());
+    } catch (const std::exception&) {
+      // The store is gone as well: the worker's wait fails on its own.
+    }
+  }
+}
+
+void StoreExchange::beginExchange(const OpContext& ctx) {
+  if (ctx.seq != lastSeq_) {
+    lastSeq_ = ctx.seq;
+    ++collective_;
+    step_ = 0;
+  } else {
+    ++step_;
+  }
+}
+
+} // namespace store_all_collectives

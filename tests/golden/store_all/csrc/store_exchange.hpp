@@ -1,0 +1,108 @@
+// StoreExchange: moves tensors between the ranks of a group through the
+// c10d::Store the backend was created with (init_process_group's store).
+//
+// The reference implementation in ops.cpp builds every collective from these
+// few exchanges. Each call blocks until its data has arrived, and fails with a
+// clear error when the op's deadline passes (naming the ranks that never sent)
+// or when the group is destroyed. Keys carry the number of the collective, so
+// ops never see each other's data, and every key is deleted as soon as all its
+// readers have read it, so the store does not grow.
+//
+// Like ops.hpp this header includes only <ATen/core/Tensor.h>.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/intrusive_ptr.h>
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+namespace c10d {
+class Store;
+} // namespace c10d
+
+namespace store_all_collectives {
+
+struct OpContext;
+
+class StoreExchange {
+ public:
+  explicit StoreExchange(c10::intrusive_ptr<c10d::Store> store);
+  ~StoreExchange();
+  StoreExchange(const StoreExchange&) = delete;
+  StoreExchange& operator=(const StoreExchange&) = delete;
+
+  // Every rank sends `tensor` to every other rank. Returns each rank's tensor,
+  // shaped like `tensor`, in rank order; this rank's entry is `tensor` itself.
+  std::vector<at::Tensor> allgather(const OpContext& ctx, const at::Tensor& tensor);
+
+  // Every rank sends `tensor` to `root`. Returns each rank's tensor, shaped
+  // like `tensor`, in rank order, on the root, and nothing elsewhere.
+  std::vector<at::Tensor> gather(const OpContext& ctx, const at::Tensor& tensor, int root);
+
+  // The root's `tensor` is copied into `tensor` on every other rank.
+  void broadcast(const OpContext& ctx, at::Tensor& tensor, int root);
+
+  // The root sends chunks[r] to rank r. Returns this rank's chunk, shaped and
+  // typed like `like` (`chunks` is only read on the root).
+  at::Tensor scatter(
+      const OpContext& ctx,
+      const std::vector<at::Tensor>& chunks,
+      int root,
+      const at::Tensor& like);
+
+  // Every rank sends chunks[r] to rank r. Returns, in rank order, the chunk
+  // each rank sent to this one, flat; counts[r] is how many elements rank r
+  // must send here.
+  std::vector<at::Tensor> alltoall(
+      const OpContext& ctx,
+      const std::vector<at::Tensor>& chunks,
+      const std::vector<int64_t>& counts);
+
+  // Returns once every rank has called it.
+  void barrier(const OpContext& ctx);
+
+  // Point-to-point, matched by (source, destination, tag) in call order.
+  void send(const OpContext& ctx, const at::Tensor& tensor, int dst, int tag);
+  void recv(const OpContext& ctx, at::Tensor& tensor, int src, int tag);
+  // Receives from whichever rank sent first; returns that rank.
+  int recvAnysource(const OpContext& ctx, at::Tensor& tensor, int tag);
+
+  // Wakes an exchange blocked in another thread so that it fails at once.
+  // Called when the group is destroyed.
+  void abort();
+
+ private:
+  // Starts one exchange of the current collective: numbers it.
+  void beginExchange(const OpContext& ctx);
+  std::string collectiveKey(const OpContext& ctx, const std::string& name);
+  std::string p2pKey(int src, int dst, int tag, uint64_t n) const;
+  c10d::Store& traffic();
+  void put(const std::string& key, const at::Tensor& tensor);
+  void await(const OpContext& ctx, const std::vector<std::string>& keys, const std::vector<int>& fromRanks);
+  void dropWhenAllRead(const std::string& counter, int64_t readers, const std::vector<std::string>& keys);
+
+  c10::intrusive_ptr<c10d::Store> store_;    // the backend's store, for abort()
+  c10::intrusive_ptr<c10d::Store> traffic_;  // a connection of our own, for the ops
+
+  // The collective being run and the exchange within it: all ranks run the
+  // same collectives in the same order, so they agree on both.
+  uint64_t collective_ = 0;
+  uint64_t lastSeq_ = UINT64_MAX;
+  int step_ = 0;
+
+  // Messages sent and received per (source, destination, tag).
+  std::map<std::tuple<int, int, int>, uint64_t> sent_;
+  std::map<std::tuple<int, int, int>, uint64_t> received_;
+
+  std::mutex waitingMutex_;
+  std::vector<std::string> waiting_;  // keys the worker is blocked on
+  bool aborted_ = false;
+};
+
+} // namespace store_all_collectives

@@ -1,0 +1,49 @@
+"""The "store_all" backend for torch.distributed.
+
+Importing this package registers the backend::
+
+    import torch.distributed as dist
+    import store_all_collectives  # noqa: F401
+
+    dist.init_process_group("store_all", rank=rank, world_size=world_size)
+"""
+
+import torch  # noqa: F401  (loads libtorch before the extension)
+import torch.distributed as dist
+
+from . import _C
+
+__version__ = "0.1.0"
+
+#: The name to pass to ``torch.distributed.init_process_group``.
+BACKEND_NAME = "store_all"
+#: The devices the backend is registered for.
+DEVICES = ["cpu", "cuda"]
+#: The collectives the backend implements; every other one raises a RuntimeError.
+OPS = [
+    "broadcast",
+    "allreduce",
+    "allreduce_coalesced",
+    "reduce",
+    "allgather",
+    "_allgather_base",
+    "allgather_coalesced",
+    "allgather_into_tensor_coalesced",
+    "gather",
+    "scatter",
+    "reduce_scatter",
+    "_reduce_scatter_base",
+    "reduce_scatter_tensor_coalesced",
+    "alltoall_base",
+    "alltoall",
+    "send",
+    "recv",
+    "recvAnysource",
+    "barrier",
+]
+#: Whether this build handles CUDA tensors.
+WITH_CUDA = _C.WITH_CUDA
+
+dist.Backend.register_backend(
+    BACKEND_NAME, _C.create_backend, extended_api=True, devices=DEVICES
+)
