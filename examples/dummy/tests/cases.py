@@ -168,7 +168,7 @@ class Ctx:
         for name in names:
             if hasattr(dist, name):
                 return getattr(dist, name)
-        raise AttributeError(f"torch.distributed has none of {names}")
+        raise Skip(f"torch {torch.__version__} has none of {', '.join(names)}: a newer torch has")
 
     def finish(self, handle) -> None:
         """Checks what a call returned: nothing when synchronous, a finished handle otherwise."""
@@ -319,8 +319,7 @@ def destroy_pending(ctx: Ctx) -> None:
         try:
             assert work.wait() is True
             assert not ctx.real, "a collective only rank 0 joined cannot succeed"
-        except RuntimeError as e:
-            assert ctx.real, f"the dummy's op should have completed: {e}"
+        except RuntimeError as e:  # the dummy's op may also be cancelled before it ran
             assert f"Backend {BACKEND}" in str(e) and "destroyed" in str(e), str(e)
     assert time.monotonic() - start < 20, "destroy_process_group() took too long"
 

