@@ -100,23 +100,20 @@ class Check {
   void tensor(const at::Tensor& t, const char* what) const {
     require(t.defined(), what, " is an undefined tensor");
     require(t.layout() == c10::kStrided, what, " must be a dense tensor, got layout ", t.layout());
+    require(
+        {% for d in p.devices %}t.is_{{ d }}(){{ " || " if not loop.last }}{% endfor %},
+        what,
+        " is on ",
+        t.device(),
+        "; this backend is registered for {{ p.devices | join(' and ') }} tensors");
 {%- if "cuda" in p.devices %}
 #ifndef WITH_CUDA
     require(
         !t.is_cuda(),
         what,
         " is a CUDA tensor, but this build of {{ p.package }} has no CUDA support "
-        "(rebuild it against a CUDA build of torch, or set FORCE_CUDA=1)");
+        "(rebuild it against a CUDA build of torch, or with FORCE_CUDA=1)");
 #endif
-    require(
-        t.is_cpu() || t.is_cuda(),
-        what,
-        " is on ",
-        t.device(),
-        "; this backend handles {{ p.devices | join(' and ') }} tensors");
-{%- else %}
-    require(
-        t.is_cpu(), what, " is on ", t.device(), "; this backend handles cpu tensors");
 {%- endif %}
     require(supportsDtype(t.scalar_type()), what, " has dtype ", t.scalar_type(), ", which this backend does not support");
   }

@@ -100,7 +100,11 @@ class Check {
     require(t.defined(), what, " is an undefined tensor");
     require(t.layout() == c10::kStrided, what, " must be a dense tensor, got layout ", t.layout());
     require(
-        t.is_cpu(), what, " is on ", t.device(), "; this backend handles cpu tensors");
+        t.is_cpu(),
+        what,
+        " is on ",
+        t.device(),
+        "; this backend is registered for cpu tensors");
     require(supportsDtype(t.scalar_type()), what, " has dtype ", t.scalar_type(), ", which this backend does not support");
   }
 

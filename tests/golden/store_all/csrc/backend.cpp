@@ -99,19 +99,19 @@ class Check {
   void tensor(const at::Tensor& t, const char* what) const {
     require(t.defined(), what, " is an undefined tensor");
     require(t.layout() == c10::kStrided, what, " must be a dense tensor, got layout ", t.layout());
-#ifndef WITH_CUDA
-    require(
-        !t.is_cuda(),
-        what,
-        " is a CUDA tensor, but this build of store_all_collectives has no CUDA support "
-        "(rebuild it against a CUDA build of torch, or set FORCE_CUDA=1)");
-#endif
     require(
         t.is_cpu() || t.is_cuda(),
         what,
         " is on ",
         t.device(),
-        "; this backend handles cpu and cuda tensors");
+        "; this backend is registered for cpu and cuda tensors");
+#ifndef WITH_CUDA
+    require(
+        !t.is_cuda(),
+        what,
+        " is a CUDA tensor, but this build of store_all_collectives has no CUDA support "
+        "(rebuild it against a CUDA build of torch, or with FORCE_CUDA=1)");
+#endif
     require(supportsDtype(t.scalar_type()), what, " has dtype ", t.scalar_type(), ", which this backend does not support");
   }
 
