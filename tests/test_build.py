@@ -41,11 +41,15 @@ def build(source: Path, work: Path) -> Built:
     """Copy ``source`` to ``work`` (so no build/ lands in the repo) and pip-install it there."""
     project, site = work / source.name, work / "site"
     shutil.copytree(source, project)
-    pip = [sys.executable, "-m", "pip", "install", "--no-build-isolation", "--no-deps"]
+    pip = [sys.executable, "-m", "pip", "install", "-v", "--no-build-isolation", "--no-deps"]
     done = subprocess.run(
         [*pip, "--target", str(site), str(project)], capture_output=True, text=True, timeout=1500
     )
-    assert done.returncode == 0, f"building {source.name} failed:\n{done.stdout}\n{done.stderr}"
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, f"building {source.name} failed:\n{log}"
+    # The project's own sources compile without a single warning.
+    warnings = [line for line in log.splitlines() if "warning" in line and "/csrc/" in line]
+    assert not warnings, "\n".join(warnings)
     return Built(project, site)
 
 
