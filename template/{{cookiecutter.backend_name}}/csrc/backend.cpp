@@ -592,6 +592,7 @@ void {{ p.backend_class }}::shutdown() {
   group_->exchange->abort();  // wakes an op blocked on the store
 {%- endif %}
   queue_.stop();
+  receives_.stop();
 }
 
 void {{ p.backend_class }}::abort() {
@@ -599,6 +600,7 @@ void {{ p.backend_class }}::abort() {
 }
 
 c10::intrusive_ptr<c10d::Work> {{ p.backend_class }}::enqueue(
+    WorkQueue& queue,
     c10d::OpType type,
     const char* op,
     std::chrono::milliseconds timeout,
@@ -609,7 +611,7 @@ c10::intrusive_ptr<c10d::Work> {{ p.backend_class }}::enqueue(
   }
   auto work = c10::make_intrusive<{{ p.work_class }}>(
       group_, type, op, timeout, std::move(outputs), std::move(body));
-  queue_.push(work);
+  queue.push(work);
   return work;
 }
 {% for op in p.ops %}
@@ -629,6 +631,7 @@ c10::intrusive_ptr<c10d::Work> {{ p.backend_class }}::{{ op.name }}(
   {{ op.checks | indent(2) }}
 {%- endif %}
   return enqueue(
+      {{ "receives_" if op.on_receive_queue else "queue_" }},
 {%- if op.op_type_renamed %}
 #if {{ p.macro }}_TORCH_2_14
       c10d::OpType::{{ op.op_type_renamed.name }},

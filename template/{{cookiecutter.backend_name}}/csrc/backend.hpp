@@ -39,7 +39,10 @@ namespace {{ p.package }} {
 class {{ p.work_class }};
 
 // Runs queued work in order on one background thread, started on first use
-// (never at import time, so processes forked after `import` are safe).
+// (never at import time, so processes forked after `import` are safe). A
+// backend has two: one for receives (recv, recvAnysource) and one for every
+// other op, so that a receive waiting for its sender never holds up the ops
+// queued after it, the matching send among them.
 //
 // Handing an op to another thread costs two thread wake-ups, which would
 // dominate small ops. So both sides spin briefly before they sleep: the worker
@@ -165,8 +168,9 @@ class {{ p.backend_class }} : public c10d::Backend {
 {%- endfor %}
 
  private:
-  // Numbers the op, queues it and returns its Work.
+  // Numbers the op, queues it on `queue` and returns its Work.
   c10::intrusive_ptr<c10d::Work> enqueue(
+      WorkQueue& queue,
       c10d::OpType type,
       const char* op,
       std::chrono::milliseconds timeout,
@@ -175,7 +179,8 @@ class {{ p.backend_class }} : public c10d::Backend {
 
   const std::shared_ptr<Group> group_;
   const std::chrono::milliseconds timeout_;
-  WorkQueue queue_;
+  WorkQueue queue_;     // every op but the receives
+  WorkQueue receives_;  // recv and recvAnysource (the catalogue's queue = "receives")
 };
 
 } // namespace {{ p.package }}
