@@ -595,6 +595,14 @@ void {{ p.backend_class }}::shutdown() {
   receives_.stop();
 }
 
+void {{ p.backend_class }}::setSequenceNumberForGroup() {
+  // Every rank's count starts at 0 when the group is created: nothing to agree on.
+}
+
+uint64_t {{ p.backend_class }}::getSequenceNumberForGroup() {
+  return collectives_.load();
+}
+
 void {{ p.backend_class }}::abort() {
   shutdown();
 }
@@ -608,6 +616,10 @@ c10::intrusive_ptr<c10d::Work> {{ p.backend_class }}::enqueue(
     {{ p.work_class }}::Body body) {
   if (timeout == c10d::kUnsetTimeout) {
     timeout = timeout_;
+  }
+  if (type != c10d::OpType::SEND && type != c10d::OpType::RECV &&
+      type != c10d::OpType::RECVANYSOURCE) {
+    collectives_.fetch_add(1);
   }
   auto work = c10::make_intrusive<{{ p.work_class }}>(
       group_, type, op, timeout, std::move(outputs), std::move(body));

@@ -150,6 +150,14 @@ class {{ p.backend_class }} : public c10d::Backend {
   void shutdown() override;
   void abort() override;
 
+  // The number of collectives (every op but send and receive) issued so far
+  // on this rank, the same on every rank of a group that issues them in the
+  // same order. TORCH_DISTRIBUTED_DEBUG=DETAIL wraps every backend in a
+  // ProcessGroupWrapper, which calls these to check that ranks agree on the
+  // collective they run; the count starts at 0 in every new group.
+  void setSequenceNumberForGroup() override;
+  uint64_t getSequenceNumberForGroup() override;
+
   // The collectives of this backend. torch.distributed raises
   // "Backend {{ p.name }} does not support <op>" for every other one.
 {%- for op in p.ops %}
@@ -179,6 +187,7 @@ class {{ p.backend_class }} : public c10d::Backend {
 
   const std::shared_ptr<Group> group_;
   const std::chrono::milliseconds timeout_;
+  std::atomic<uint64_t> collectives_{0};  // see getSequenceNumberForGroup
   WorkQueue queue_;     // every op but the receives
   WorkQueue receives_;  // recv and recvAnysource (the catalogue's queue = "receives")
 };
