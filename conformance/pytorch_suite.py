@@ -5,7 +5,8 @@ The tests are DistributedTest._DistTestBase from
 torch.testing._internal.distributed.distributed_test, the suite PyTorch runs
 against gloo, nccl and ucc, limited to collectives, point-to-point and groups
 (no DDP, models, autograd, profiler, GPU or NCCL-only tests). Each test runs in
-WORLD_SIZE fresh processes, as in PyTorch's test_distributed_spawn.py.
+WORLD_SIZE new processes, as in PyTorch's test_distributed_spawn.py (forked
+from a forkserver by default; --start-method spawn for fresh interpreters).
 
     # a project made by `new-backend NAME ...`, installed in this environment
     python conformance/pytorch_suite.py --backend NAME --package NAME_collectives
@@ -14,7 +15,8 @@ WORLD_SIZE fresh processes, as in PyTorch's test_distributed_spawn.py.
 
 Options: --subset ci (default, a quick subset covering every family) or full,
 -k EXPR (substring or glob, repeatable), --list, --world-size N (default 3),
---report FILE.json. Exit status 0 when no test failed.
+--report FILE.json, --no-group-tests; see conformance/README.md. Exit status 0
+when no test failed.
 """
 
 from __future__ import annotations
