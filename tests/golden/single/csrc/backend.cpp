@@ -683,6 +683,15 @@ const std::string BackendSingle::getBackendName() const {
 void BackendSingle::shutdown() {
   group_->aborted.store(true);
   queue_.stop();
+  receives_.stop();
+}
+
+void BackendSingle::setSequenceNumberForGroup() {
+  // Every rank's count starts at 0 when the group is created: nothing to agree on.
+}
+
+uint64_t BackendSingle::getSequenceNumberForGroup() {
+  return collectives_.load();
 }
 
 void BackendSingle::abort() {
@@ -690,6 +699,7 @@ void BackendSingle::abort() {
 }
 
 c10::intrusive_ptr<c10d::Work> BackendSingle::enqueue(
+    WorkQueue& queue,
     c10d::OpType type,
     const char* op,
     std::chrono::milliseconds timeout,
@@ -699,10 +709,14 @@ c10::intrusive_ptr<c10d::Work> BackendSingle::enqueue(
   if (timeout == c10d::kUnsetTimeout) {
     timeout = timeout_;
   }
+  if (type != c10d::OpType::SEND && type != c10d::OpType::RECV &&
+      type != c10d::OpType::RECVANYSOURCE) {
+    collectives_.fetch_add(1);
+  }
   std::shared_ptr<CudaOp> cuda = cudaOp(outputs, inputs);
   auto work = c10::make_intrusive<WorkSingle>(
       group_, type, op, timeout, std::move(outputs), std::move(body), std::move(cuda));
-  queue_.push(work);
+  queue.push(work);
   return work;
 }
 
@@ -750,6 +764,7 @@ c10::intrusive_ptr<c10d::Work> BackendSingle::allreduce(
   at::Tensor& tensor = check.one(tensors, "tensors");
   const Reduction op = check.reduction(opts.reduceOp, tensor);
   return enqueue(
+      queue_,
       c10d::OpType::ALLREDUCE,
       "allreduce",
       opts.timeout,
