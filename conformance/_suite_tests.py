@@ -103,15 +103,7 @@ OP_GUARDS: dict[str, str] = {
 # torch.distributed.Backend.register_backend, each with the reason. The harness
 # reports them as skipped, with the reason, for every backend torch does not
 # build in. A failure that is the backend's fault does not belong here.
-_TIMEOUT_WORDING = (
-    "asserts the wording of torch's own timeout errors, ' (Timed out|closed|timeout) '; "
-    "a generated backend fails the barrier at the right time but says '... timed out "
-    "after N ms ...' (its own tests assert that wording)"
-)
 EXCEPTIONS: dict[str, str] = {
-    "test_barrier_timeout_global": _TIMEOUT_WORDING,
-    "test_barrier_timeout_full_group": _TIMEOUT_WORDING,
-    "test_barrier_timeout_group": _TIMEOUT_WORDING,
     "test_sparse_all_reduce_sum": (
         "sparse all_reduce (c10d allreduce_sparse) is outside the catalogue: no "
         "generated backend overrides it; torch guards the test with BACKEND == gloo"

@@ -173,8 +173,8 @@ void StoreExchange::await(
     }
     TORCH_CHECK(
         false,
-        "timed out after ", ctx.timeout.count(), " ms waiting for rank(s) ", ranksText(missing),
-        " (a rank that never calls ", ctx.op, ", or that died, blocks the others)");
+        "nothing from rank(s) ", ranksText(missing), " within the op's ", ctx.timeout.count(),
+        " ms timeout (a rank that never calls ", ctx.op, ", or that died, blocks the others)");
   }
 }
 
@@ -405,7 +405,8 @@ int StoreExchange::recvAnysource(const OpContext& ctx, at::Tensor& tensor, int t
     TORCH_CHECK(!ctx.group.aborted.load(), "the process group was destroyed");
     TORCH_CHECK(
         Clock::now() < ctx.deadline,
-        "timed out after ", ctx.timeout.count(), " ms: no rank sent a message with tag ", tag);
+        "no rank sent a message with tag ", tag, " within the op's ", ctx.timeout.count(),
+        " ms timeout (is a matching send missing?)");
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(5000));
   }
