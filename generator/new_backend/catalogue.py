@@ -48,12 +48,13 @@ class Op:
     dummy: str
     test: str
     store: str = ""
+    mpi: str = ""
     aliases: tuple[str, ...] = ()
     renamed: Rename | None = None
     op_type_renamed: Rename | None = None
 
     def body_for(self, impl: str) -> str:
-        """The C++ body of this op in ops.cpp for an implementation (dummy, store...)."""
+        """The C++ body of this op in ops.cpp for an implementation (dummy, store, mpi)."""
         return getattr(self, impl)
 
     @property
