@@ -256,40 +256,39 @@ class MpiUse {
 
 namespace {
 
-// Tests every request once. True when all completed; throws on an MPI error.
+// Tests every request once (MPI_Test: unlike MPI_Testall, its errors go to
+// the communicator's handler, which returns them). True once all completed;
+// throws on an MPI error.
 bool testAll(MpiOp::State& state) {
   MpiUse use;
-  const int n = static_cast<int>(state.requests.size());
+  const size_t n = state.requests.size();
   state.statuses.resize(n);
-  int done = 0;
-  const int code = MPI_Testall(n, state.requests.data(), &done, state.statuses.data());
-  if (code == MPI_ERR_IN_STATUS) {
-    bool pending = false;
-    std::string message;
-    for (int i = 0; i < n; ++i) {
-      const MPI_Status& status = state.statuses[i];
-      if (status.MPI_ERROR == MPI_ERR_PENDING) {
-        pending = true;
-      } else if (status.MPI_ERROR != MPI_SUCCESS && message.empty()) {
-        int errorClass = 0;
-        MPI_Error_class(status.MPI_ERROR, &errorClass);
-        message = errorClass == MPI_ERR_TRUNCATE && state.kinds[i] == MpiOp::State::Kind::kRecv
-            ? "rank " + std::to_string(status.MPI_SOURCE) + " sent more than the " +
-                std::to_string(state.receivedInto[i].count) + " elements this rank expects (" +
-                mpiErrorText(status.MPI_ERROR) + ")"
-            : mpiErrorText(status.MPI_ERROR);
-      }
+  bool done = true;
+  for (size_t i = 0; i < n; ++i) {
+    if (state.requests[i] == MPI_REQUEST_NULL) {
+      continue;  // completed earlier (MPI_Test resets it)
     }
-    if (!pending) {
-      markComplete(state);
+    int completed = 0;
+    const int code = MPI_Test(&state.requests[i], &completed, &state.statuses[i]);
+    if (code == MPI_SUCCESS) {
+      done = done && completed;
+      continue;
     }
-    TORCH_CHECK(false, message.empty() ? mpiErrorText(code) : message);
+    state.requests[i] = MPI_REQUEST_NULL;  // it completed, with an error
+    int errorClass = MPI_SUCCESS;
+    MPI_Error_class(code, &errorClass);
+    if (errorClass == MPI_ERR_TRUNCATE && state.kinds[i] == MpiOp::State::Kind::kRecv) {
+      TORCH_CHECK(
+          false,
+          "a rank sent more than the ", state.receivedInto[i].count,
+          " elements this rank expects (", mpiErrorText(code), ")");
+    }
+    TORCH_CHECK(false, "MPI_Test failed: ", mpiErrorText(code));
   }
-  checkMpi(code, "MPI_Testall");
   if (done) {
     markComplete(state);
   }
-  return done != 0;
+  return done;
 }
 
 // After completion: checks what was received, writes staging copies back,
@@ -483,9 +482,16 @@ void finalizeMpi() {
     return;
   }
   for (const std::shared_ptr<MpiOp::State>& state : rt.abandoned) {
-    int done = 0;  // cancelled receives complete; a collective a peer never joined does not
-    const int n = static_cast<int>(state->requests.size());
-    if (!state->complete && MPI_Testall(n, state->requests.data(), &done, MPI_STATUSES_IGNORE) == MPI_SUCCESS && done) {
+    // Cancelled receives complete; a collective that a peer never joined does not.
+    bool done = true;
+    for (MPI_Request& request : state->requests) {
+      int completed = 1;
+      if (request != MPI_REQUEST_NULL) {
+        MPI_Test(&request, &completed, MPI_STATUS_IGNORE);
+      }
+      done = done && completed;
+    }
+    if (done) {
       markComplete(*state);
     }
   }

@@ -11,7 +11,7 @@
 //
 // An op body starts non-blocking MPI calls (MPI_Iallreduce, MPI_Isend, ...) and
 // hands their requests to the worker thread with MpiOp::completeLater(); the
-// worker tests them (MPI_Testall) between later ops, so ops overlap, and fails
+// worker tests them (MPI_Test) between later ops, so ops overlap, and fails
 // the op when its deadline passes or the group is destroyed. MPI cannot cancel
 // a collective: a collective that was given up on keeps its buffers alive and
 // leaves its communicator unusable (later ops fail at once with that reason).
