@@ -87,7 +87,8 @@ def mpi_from_wrapper(mpicc: str) -> Mpi | None:
             mpi.include_dirs.append(word[2:])
         elif word.startswith("-L"):
             mpi.library_dirs.append(word[2:])
-            mpi.link_args.append(f"-Wl,-rpath,{word[2:]}")
+            if not any("rpath" in w for w in words):  # so that the extension finds libmpi
+                mpi.link_args.append(f"-Wl,-rpath,{word[2:]}")
         elif word.startswith("-l"):
             mpi.libraries.append(word[2:])
         elif word == "-pthread":

@@ -1,12 +1,22 @@
 {%- set p = project() -%}
 """Runs test cases on a group of real processes, one per rank.
 
-A Cluster {{ "starts" if p.impl == "mpi" else "spawns" }} ``world_size`` processes{{ " with mpirun" if p.impl == "mpi" }}. Each initialises torch.distributed
+{% if p.impl == "mpi" -%}
+A Cluster starts ``world_size`` processes with mpirun. Each initialises
+torch.distributed with the "{{ p.name }}" backend, then runs the cases
+(functions in cases.py) the test asks for and reports back. Starting
+processes costs seconds, so the tests keep one Cluster per world size and run
+many cases on it. A case that fails or hangs on any rank fails the test with
+every rank's traceback; a hung cluster is killed and the next test starts a
+new one.
+{%- else -%}
+A Cluster spawns ``world_size`` processes. Each initialises torch.distributed
 with the "{{ p.name }}" backend, then runs the cases (functions in cases.py)
 the test asks for and reports back. Starting processes costs seconds, so the
 tests keep one Cluster per world size and run many cases on it. A case that
 fails or hangs on any rank fails the test with every rank's traceback; a hung
 cluster is killed and the next test starts a new one.
+{%- endif %}
 {%- if p.impl == "mpi" %}
 
 MPI processes must be started by an MPI launcher, so the ranks are
@@ -20,10 +30,9 @@ else the first on the PATH).
 
 from __future__ import annotations
 
-{%- if p.impl == "mpi" %}
-
+{% if p.impl == "mpi" -%}
 import json
-{%- endif %}
+{% endif -%}
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -46,13 +55,8 @@ from datetime import timedelta
 
 BACKEND = "{{ p.name }}"
 {%- if p.impl == "mpi" %}
-#: How a Cluster starts its ranks by default: MPI processes need an MPI launcher.
-START = "mpirun"
 #: The environment variable that hands a rank started by mpirun its configuration.
 CLUSTER_VARIABLE = "{{ p.macro }}_TEST_CLUSTER"
-{%- else %}
-#: How a Cluster starts its ranks by default.
-START = "spawn"
 {%- endif %}
 
 #: How long one case may take on the slowest rank before the cluster is killed.
@@ -80,13 +84,16 @@ class Cluster:
 
     ``init`` picks how they rendezvous: "tcp" (``tcp://`` URL), "env"
     (``env://``: MASTER_ADDR and friends), "file" (``file://``) or "store" (an
+{%- if p.impl == "mpi" %}
     explicit TCPStore passed as ``store=``). ``start`` is how the ranks start:
-    {%- if p.impl == "mpi" %} "mpirun" (MPI's launcher), or the
-    multiprocessing start methods "spawn" and "fork", which only work for a
-    single rank (each process is an MPI world of its own).
-    {%- else %} the multiprocessing start method "spawn", or "fork" (children of a
-    parent that imported the package).
-    {%- endif %}
+    "mpirun" (MPI's launcher), or the multiprocessing start methods "spawn"
+    and "fork", which only make sense for one rank (each process they start is
+    an MPI world of its own).
+{%- else %}
+    explicit TCPStore passed as ``store=``). ``start`` is the multiprocessing
+    start method: "spawn", or "fork" (children of a parent that imported the
+    package).
+{%- endif %}
     """
 
     def __init__(
@@ -94,12 +101,15 @@ class Cluster:
         world_size: int,
         group_timeout: float = GROUP_TIMEOUT,
         init: str = "tcp",
-        start: str = START,
+        start: str = "{{ "mpirun" if p.impl == "mpi" else "spawn" }}",
         env=None,
         scratch: str | None = None,
     ):
         self.world_size = world_size
         self.broken = False
+{%- if p.impl != "mpi" %}
+        context = multiprocessing.get_context(start)
+{%- endif %}
         rendezvous = {"init": init, "port": free_port(), "timeout": group_timeout}
         if init == "file":
             import tempfile
@@ -113,8 +123,8 @@ class Cluster:
             self._start_with_mpirun(rendezvous, env or {})
             self._collect("init_process_group")
             return
-{%- endif %}
         context = multiprocessing.get_context(start)
+{%- endif %}
         for rank in range(world_size):
             parent, child = context.Pipe()
             proc = context.Process(
@@ -209,6 +219,7 @@ class Cluster:
                     accepted.append(listener.accept())
                 except (OSError, EOFError, multiprocessing.AuthenticationError):
                     pass  # a stranger, or the poke below
+
         acceptor = threading.Thread(target=accept, daemon=True)
         acceptor.start()
         deadline = time.monotonic() + CASE_TIMEOUT
@@ -233,6 +244,14 @@ class Cluster:
         """The last lines mpirun and the ranks printed."""
         self.output.seek(0)
         return "".join(self.output.readlines()[-lines:])
+
+    def _exited(self, rank: int) -> str:
+        """What to say about a rank that exited in the middle of a case."""
+        if self.mpirun is not None:
+            time.sleep(1)  # let it finish printing
+            return f"rank {rank} exited; the last output of mpirun:\n{self.mpirun_output()}"
+        self.procs[rank].join(timeout=10)
+        return f"rank {rank} exited (code {self.procs[rank].exitcode})"
 {%- endif %}
 
     def _collect(self, what: str, exits: frozenset[int] = frozenset()) -> list:
@@ -252,7 +271,13 @@ class Cluster:
                 try:
                     replies[rank] = conn.recv()
                 except EOFError:
+{%- if p.impl == "mpi" %}
                     replies[rank] = ("ok", None) if rank in exits else ("error", self._exited(rank))
+{%- else %}
+                    self.procs[rank].join(timeout=10)
+                    code = self.procs[rank].exitcode
+                    replies[rank] = ("ok", None) if rank in exits else ("error", f"rank {rank} exited (code {code})")
+{%- endif %}
                     self.broken = self.broken or rank in exits
                 pending.discard(rank)
         errors = [(r, reply[1]) for r, reply in enumerate(replies) if reply[0] == "error"]
@@ -269,17 +294,6 @@ class Cluster:
 
             pytest.skip(skips[0])
         return [reply[1] for reply in replies]
-
-
-    def _exited(self, rank: int) -> str:
-        """What to say about a rank that exited in the middle of a case."""
-{%- if p.impl == "mpi" %}
-        if self.mpirun is not None:
-            time.sleep(1)  # let it finish printing
-            return f"rank {rank} exited; the last output of mpirun:\n{self.mpirun_output()}"
-{%- endif %}
-        self.procs[rank].join(timeout=10)
-        return f"rank {rank} exited (code {self.procs[rank].exitcode})"
 {%- if p.impl == "mpi" %}
 
 

@@ -1,5 +1,5 @@
 {%- set p = project() -%}
-{%- if p.impl == "mpi" %}
+{% if p.impl == "mpi" -%}
 """Runs every op case in a process started by an MPI launcher (mpirun, mpiexec, srun).
 
     mpirun -n 3 python tests/launched.py          # {{ p.package }}.init_process_group_from_mpi()
@@ -9,7 +9,7 @@
 needs MASTER_ADDR and MASTER_PORT; --swap-ranks does the same with ranks
 numbered unlike MPI's, which must fail with a clear error.
 """
-{%- else %}
+{%- else -%}
 """Runs every op case in a process started by a launcher (torchrun, mpirun, srun).
 
     torchrun --nproc-per-node 3 tests/launched.py
@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cases  # noqa: E402
 from harness import Skip  # noqa: E402
 
-{%- if p.impl == "mpi" %}
+{% if p.impl == "mpi" -%}
 if "--plain" in sys.argv or "--swap-ranks" in sys.argv:
     rank, world_size = {{ p.package }}.launcher_rank_and_size()
     if "--swap-ranks" in sys.argv:
@@ -37,9 +37,9 @@ if "--plain" in sys.argv or "--swap-ranks" in sys.argv:
     dist.init_process_group("{{ p.name }}", rank=rank, world_size=world_size)
 else:
     {{ p.package }}.init_process_group_from_mpi()
-{%- else %}
+{% else -%}
 dist.init_process_group("{{ p.name }}")
-{%- endif %}
+{% endif -%}
 ran = 0
 for op in sorted(cases.OPS):
     try:

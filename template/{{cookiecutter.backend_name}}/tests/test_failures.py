@@ -1,5 +1,5 @@
 {%- set p = project() -%}
-{%- if p.impl == "mpi" %}
+{% if p.impl == "mpi" -%}
 """Failures: timeouts, a dead rank, ranks that disagree.
 
 MPI cannot cancel a collective: after a collective timed out, its group
@@ -7,7 +7,7 @@ fails every later op at once, so these tests use a cluster of their own. A
 rank that dies is noticed as a timeout (MPI has no failure detection);
 mpirun must not kill the other ranks first (harness.mpirun_command).
 """
-{%- else %}
+{%- else -%}
 """Failures: timeouts, a dead rank, ranks that disagree, and a store that must not grow."""
 {%- endif %}
 

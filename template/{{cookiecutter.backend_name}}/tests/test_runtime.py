@@ -1,5 +1,5 @@
 {%- set p = project() -%}
-{%- if p.impl == "mpi" %}
+{% if p.impl == "mpi" -%}
 """The runtime around the ops: rendezvous methods, MPI's lifetime, mpirun, shutdown.
 
 Every cluster here is started by mpirun. torchrun and multiprocessing's spawn
@@ -8,7 +8,7 @@ own), so instead of the fork and torchrun tests of other backends there are
 MPI ones: a lone process initialises MPI lazily, and mpirun launches work
 with the helper and with a plain init_process_group.
 """
-{%- else %}
+{%- else -%}
 """The runtime around the ops: rendezvous methods, launchers, fork, shutdown."""
 {%- endif %}
 
@@ -59,7 +59,7 @@ def test_destroy_process_group_with_pending_work():
         cluster.kill()  # the group is gone: this cluster is done
 
 
-{%- if p.impl == "mpi" %}
+{% if p.impl == "mpi" -%}
 def test_mpi_is_initialised_by_the_first_process_group_not_at_import():
     """Import leaves MPI alone; the first group initialises it; exit finalises it.
 
@@ -115,7 +115,7 @@ def test_ranks_that_torch_and_mpi_number_differently_get_a_clear_error():
     assert result.returncode != 0, result.stdout + result.stderr
     output = result.stdout + result.stderr
     assert "this process is rank 1 of 2 for torch.distributed but rank 0 of 2 in MPI_COMM_WORLD" in output, output
-{%- else %}
+{% else -%}
 def test_under_torchrun():
     """torchrun sets RANK, WORLD_SIZE and MASTER_*; init_process_group("{{ p.name }}") just works."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
