@@ -116,7 +116,8 @@ void createHalfOps(MPI_Op (&ops)[4]) {
 void ensureInitialized() {
   Runtime& rt = runtime();
   std::lock_guard<std::mutex> lock(rt.mutex);
-  TORCH_CHECK(!rt.finalized, "Backend {{ p.name }}: MPI was finalized; it cannot be initialized again");
+  TORCH_CHECK(
+      !rt.finalized, "Backend {{ p.name }}: MPI was finalized; it cannot be initialized again");
   if (rt.initialized) {
     return;
   }
@@ -124,7 +125,9 @@ void ensureInitialized() {
   int finalized = 0;
   CHECK_MPI(MPI_Initialized(&initialized));
   CHECK_MPI(MPI_Finalized(&finalized));
-  TORCH_CHECK(!finalized, "Backend {{ p.name }}: the program finalized MPI; it cannot be initialized again");
+  TORCH_CHECK(
+      !finalized,
+      "Backend {{ p.name }}: the program finalized MPI; it cannot be initialized again");
   int provided = MPI_THREAD_SINGLE;
   if (initialized) {
     CHECK_MPI(MPI_Query_thread(&provided));
@@ -175,7 +178,8 @@ void abandon(const std::shared_ptr<MpiOp::State>& state, const std::string& reas
     std::shared_lock<std::shared_mutex> use(runtime().inUse);
     if (!runtime().finalized) {
       for (size_t i = 0; i < state->requests.size(); ++i) {
-        if (state->kinds[i] == MpiOp::State::Kind::kRecv && state->requests[i] != MPI_REQUEST_NULL) {
+        const bool receiving = state->kinds[i] == MpiOp::State::Kind::kRecv;
+        if (receiving && state->requests[i] != MPI_REQUEST_NULL) {
           MPI_Cancel(&state->requests[i]);  // a receive not yet matched never will be
         }
       }
@@ -534,10 +538,13 @@ MpiComm::MpiComm(
       "Backend ", backend, ": this process is rank ", globalRank, " of ", isWorld ? size : -1,
       " for torch.distributed but rank ", worldRank, " of ", worldSize,
       " in MPI_COMM_WORLD; they must agree. Start every rank with mpirun, mpiexec or srun, "
-      "and take its rank and world size from MPI ({{ p.package }}.init_process_group_from_mpi() "
-      "does)");
+      "and take its rank and world size from MPI (as "
+      "{{ p.package }}.init_process_group_from_mpi() does)");
   for (int64_t r : globalRanks) {
-    TORCH_CHECK(r >= 0 && r < worldSize, "Backend ", backend, ": global rank ", r, " is not in MPI_COMM_WORLD (size ", worldSize, ")");
+    TORCH_CHECK(
+        r >= 0 && r < worldSize,
+        "Backend ", backend, ": global rank ", r, " is not in MPI_COMM_WORLD (size ",
+        worldSize, ")");
   }
 
   // The group's processes, in the group's rank order.
@@ -555,7 +562,10 @@ MpiComm::MpiComm(
 
   int commRank = -1;
   CHECK_MPI(MPI_Comm_rank(comm_, &commRank));
-  TORCH_CHECK(commRank == rank, "Backend ", backend, ": MPI numbered this process ", commRank, " in its group, torch.distributed ", rank);
+  TORCH_CHECK(
+      commRank == rank,
+      "Backend ", backend, ": MPI numbered this process ", commRank,
+      " in its group, torch.distributed ", rank);
   int* tagUpperBound = nullptr;
   int found = 0;
   CHECK_MPI(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tagUpperBound, &found));
@@ -686,7 +696,9 @@ MPI_Request* MpiOp::recvRequest(const Buffer& into) {
 
 int MpiOp::tag(int tag) const {
   const int maxTag = state_->comm->maxTag();
-  TORCH_CHECK(tag >= 0 && tag <= maxTag, "tag ", tag, " is outside the tags MPI allows (0 to ", maxTag, ")");
+  TORCH_CHECK(
+      tag >= 0 && tag <= maxTag,
+      "tag ", tag, " is outside the tags MPI allows (0 to ", maxTag, ")");
   return tag;
 }
 

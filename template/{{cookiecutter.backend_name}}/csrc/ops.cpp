@@ -193,7 +193,8 @@ bool supportsReduction(Reduction op, c10::ScalarType dtype) {
 // use them all).
 namespace {
 
-inline MPI_Op mpiOp(Reduction op, const at::Tensor& tensor) {
+// The MPI_Op of `op` on the tensor's dtype (supportsReduction() checked there is one).
+inline MPI_Op reduction(Reduction op, const at::Tensor& tensor) {
   return mpiReduction(op, tensor.scalar_type());
 }
 
@@ -215,11 +216,13 @@ inline int64_t rowNumel(const at::Tensor& tensor) {
 }
 
 // Split sizes in rows, as element counts.
-inline std::vector<int> elementCounts(const std::vector<int64_t>& splits, int64_t rowNumel) {
+inline std::vector<int> elementCounts(const std::vector<int64_t>& splits, int64_t rowSize) {
   std::vector<int> counts;
   for (int64_t rows : splits) {
-    TORCH_CHECK(rows * rowNumel <= INT_MAX, "a split of ", rows * rowNumel, " elements is more than one MPI call can count");
-    counts.push_back(static_cast<int>(rows * rowNumel));
+    TORCH_CHECK(
+        rows * rowSize <= INT_MAX,
+        "a split of ", rows * rowSize, " elements is more than one MPI call can count");
+    counts.push_back(static_cast<int>(rows * rowSize));
   }
   return counts;
 }

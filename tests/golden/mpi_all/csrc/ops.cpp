@@ -30,7 +30,8 @@ bool supportsReduction(Reduction op, c10::ScalarType dtype) {
 // use them all).
 namespace {
 
-inline MPI_Op mpiOp(Reduction op, const at::Tensor& tensor) {
+// The MPI_Op of `op` on the tensor's dtype (supportsReduction() checked there is one).
+inline MPI_Op reduction(Reduction op, const at::Tensor& tensor) {
   return mpiReduction(op, tensor.scalar_type());
 }
 
@@ -52,11 +53,13 @@ inline int64_t rowNumel(const at::Tensor& tensor) {
 }
 
 // Split sizes in rows, as element counts.
-inline std::vector<int> elementCounts(const std::vector<int64_t>& splits, int64_t rowNumel) {
+inline std::vector<int> elementCounts(const std::vector<int64_t>& splits, int64_t rowSize) {
   std::vector<int> counts;
   for (int64_t rows : splits) {
-    TORCH_CHECK(rows * rowNumel <= INT_MAX, "a split of ", rows * rowNumel, " elements is more than one MPI call can count");
-    counts.push_back(static_cast<int>(rows * rowNumel));
+    TORCH_CHECK(
+        rows * rowSize <= INT_MAX,
+        "a split of ", rows * rowSize, " elements is more than one MPI call can count");
+    counts.push_back(static_cast<int>(rows * rowSize));
   }
   return counts;
 }
@@ -106,7 +109,8 @@ void allreduce(const OpContext& ctx, at::Tensor& tensor, Reduction op) {
   MpiOp mpi(ctx);
   const Buffer data = mpi.inout(tensor);
   CHECK_MPI(MPI_Iallreduce(
-      MPI_IN_PLACE, data.ptr, data.count, data.type, mpiOp(op, tensor), mpi.comm(), mpi.request()));
+      MPI_IN_PLACE, data.ptr, data.count, data.type, reduction(op, tensor), mpi.comm(),
+      mpi.request()));
   mpi.divideIfAverage(op, tensor);
   mpi.completeLater();
 }
@@ -118,7 +122,8 @@ void allreduce_coalesced(const OpContext& ctx, std::vector<at::Tensor>& tensors,
   for (at::Tensor& tensor : tensors) {
     const Buffer data = mpi.inout(tensor);
     CHECK_MPI(MPI_Iallreduce(
-        MPI_IN_PLACE, data.ptr, data.count, data.type, mpiOp(op, tensor), mpi.comm(), mpi.request()));
+        MPI_IN_PLACE, data.ptr, data.count, data.type, reduction(op, tensor), mpi.comm(),
+        mpi.request()));
     mpi.divideIfAverage(op, tensor);
   }
   mpi.completeLater();
@@ -131,8 +136,8 @@ void reduce(const OpContext& ctx, at::Tensor& tensor, Reduction op, int root) {
   const bool isRoot = ctx.group.rank == root;
   const Buffer data = isRoot ? mpi.inout(tensor) : mpi.in(tensor);
   CHECK_MPI(MPI_Ireduce(
-      isRoot ? MPI_IN_PLACE : data.ptr, data.ptr, data.count, data.type, mpiOp(op, tensor), root,
-      mpi.comm(), mpi.request()));
+      isRoot ? MPI_IN_PLACE : data.ptr, data.ptr, data.count, data.type, reduction(op, tensor),
+      root, mpi.comm(), mpi.request()));
   if (isRoot) {
     mpi.divideIfAverage(op, tensor);
   }
@@ -220,7 +225,7 @@ void reduce_scatter(const OpContext& ctx, at::Tensor& output, const std::vector<
   const Buffer send = mpi.in(inputs);  // in place when the inputs lie back to back
   const Buffer recv = mpi.out(output);
   CHECK_MPI(MPI_Ireduce_scatter_block(
-      send.ptr, recv.ptr, recv.count, recv.type, mpiOp(op, output), mpi.comm(), mpi.request()));
+      send.ptr, recv.ptr, recv.count, recv.type, reduction(op, output), mpi.comm(), mpi.request()));
   mpi.divideIfAverage(op, output);
   mpi.completeLater();
 }
@@ -231,7 +236,7 @@ void _reduce_scatter_base(const OpContext& ctx, at::Tensor& output, const at::Te
   const Buffer send = mpi.in(input);
   const Buffer recv = mpi.out(output);
   CHECK_MPI(MPI_Ireduce_scatter_block(
-      send.ptr, recv.ptr, recv.count, recv.type, mpiOp(op, output), mpi.comm(), mpi.request()));
+      send.ptr, recv.ptr, recv.count, recv.type, reduction(op, output), mpi.comm(), mpi.request()));
   mpi.divideIfAverage(op, output);
   mpi.completeLater();
 }
@@ -244,7 +249,7 @@ void reduce_scatter_tensor_coalesced(const OpContext& ctx, std::vector<at::Tenso
     const Buffer send = mpi.in(inputs[i]);
     const Buffer recv = mpi.out(outputs[i]);
     CHECK_MPI(MPI_Ireduce_scatter_block(
-        send.ptr, recv.ptr, recv.count, recv.type, mpiOp(op, outputs[i]), mpi.comm(),
+        send.ptr, recv.ptr, recv.count, recv.type, reduction(op, outputs[i]), mpi.comm(),
         mpi.request()));
     mpi.divideIfAverage(op, outputs[i]);
   }

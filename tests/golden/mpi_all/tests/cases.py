@@ -566,6 +566,10 @@ def timeout(ctx: Ctx) -> None:
     assert time.monotonic() - start < dist.distributed_c10d._get_default_timeout(BACKEND).total_seconds() + 60
     assert work.is_completed() and not work.is_success()
     assert work.exception() is not None
+    # MPI cannot cancel the collective: rather than pair the next one with it,
+    # the group refuses every later op.
+    with pytest.raises(RuntimeError, match=rf"{here}.*this process group can no longer be used"):
+        probe(ctx).wait()
 
 
 def dead_rank(ctx: Ctx) -> None:
