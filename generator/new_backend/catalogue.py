@@ -26,8 +26,7 @@ class Rename:
     @property
     def torch_version(self) -> tuple[int, int]:
         """The release as a ``(major, minor)`` tuple."""
-        major, minor = self.torch.split(".")[:2]
-        return int(major), int(minor)
+        return release(self.torch)
 
 
 @dataclass(frozen=True)
@@ -49,6 +48,8 @@ class Op:
     test: str
     store: str = ""
     mpi: str = ""
+    inputs: str = ""
+    since: str | None = None
     aliases: tuple[str, ...] = ()
     renamed: Rename | None = None
     op_type_renamed: Rename | None = None
@@ -73,6 +74,8 @@ class Catalogue:
     """All ops, in ``Backend.hpp`` order, with lookup by name or alias."""
 
     ops: tuple[Op, ...]
+    #: Backend.hpp collectives left out on purpose, with the reason.
+    not_supported: dict[str, str] = field(default_factory=dict)
     _index: dict[str, Op] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -111,6 +114,12 @@ class Catalogue:
         return tuple(op for op in self.ops if op.name in wanted)
 
 
+def release(version: str) -> tuple[int, int]:
+    """``"2.14.1+cu130"`` as ``(2, 14)``."""
+    major, minor = version.split(".")[:2]
+    return int(major), int(minor)
+
+
 def _normalise(spelling: str) -> str:
     return spelling.strip().lower().replace("-", "_")
 
@@ -132,4 +141,4 @@ def load_catalogue(path: Path = CATALOGUE_FILE) -> Catalogue:
         entry["op_type_renamed"] = _rename(entry.get("op_type_renamed"))
         entry = {k: v.strip("\n") if isinstance(v, str) else v for k, v in entry.items()}
         ops.append(Op(**entry))
-    return Catalogue(tuple(ops))
+    return Catalogue(tuple(ops), dict(raw.get("not_supported", {})))

@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -26,8 +27,9 @@
 #include "ops.hpp"
 
 // torch 2.14 renamed several collectives (_allgather_base became
-// all_gather_single, ...) and kept the old names as deprecated aliases. The
-// backend overrides the canonical name of the torch it is built against.
+// all_gather_single, ...), kept the old names as deprecated aliases and added
+// gather_single. The backend overrides the canonical names of the torch it is
+// built against, and only the collectives that torch has.
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 14)
 #define {{ p.macro }}_TORCH_2_14 1
 #else
@@ -37,6 +39,7 @@
 namespace {{ p.package }} {
 
 class {{ p.work_class }};
+struct CudaOp;
 
 // Runs queued work in order on one background thread, started on first use
 // (never at import time, so processes forked after `import` are safe).
@@ -100,7 +103,8 @@ class {{ p.work_class }} : public c10d::Work {
       const char* op,
       std::chrono::milliseconds timeout,
       c10::IValue outputs,
-      Body body);
+      Body body,
+      std::shared_ptr<CudaOp> cuda);
 
   bool isCompleted() override;
   bool isSuccess() const override;
@@ -111,6 +115,8 @@ class {{ p.work_class }} : public c10d::Work {
   // (the process group's unless the call gave one); when it passes, raises a
   // RuntimeError naming the backend, op, rank and timeout.
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  // For CUDA tensors: makes the caller's current stream wait for the op.
+  void synchronize() override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   uint64_t getSequencenumber() const override;
 #if {{ p.macro }}_TORCH_2_14
@@ -149,6 +155,7 @@ class {{ p.work_class }} : public c10d::Work {
 {%- if p.impl == "mpi" %}
   std::function<bool()> later_;  // set by OpContext::completeLater
 {%- endif %}
+  const std::shared_ptr<CudaOp> cuda_;  // null for CPU ops
   uint64_t seq_ = 0;  // set by WorkQueue::push
   int sourceRank_ = -1;
   std::atomic<bool> finishing_{false};
@@ -181,6 +188,11 @@ class {{ p.backend_class }} : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> {{ op.name }}(
       {{ op.params | replace(", ", ",\n      ") }}) override;
 #endif
+{%- elif op.since %}
+#if {{ p.macro }}_TORCH_{{ op.since | replace(".", "_") }}  // added in torch {{ op.since }}
+  c10::intrusive_ptr<c10d::Work> {{ op.name }}(
+      {{ op.params | replace(", ", ",\n      ") }}) override;
+#endif
 {%- else %}
   c10::intrusive_ptr<c10d::Work> {{ op.name }}(
       {{ op.params | replace(", ", ",\n      ") }}) override;
@@ -188,16 +200,23 @@ class {{ p.backend_class }} : public c10d::Backend {
 {%- endfor %}
 
  private:
-  // Numbers the op, queues it and returns its Work.
+  // Numbers the op, queues it and returns its Work. `inputs` holds the
+  // tensors the op reads but does not write (None when it works in place).
   c10::intrusive_ptr<c10d::Work> enqueue(
       c10d::OpType type,
       const char* op,
       std::chrono::milliseconds timeout,
       c10::IValue outputs,
+      const c10::IValue& inputs,
       {{ p.work_class }}::Body body);
+
+  // For an op on CUDA tensors: how it meets the caller's stream. Null for CPU.
+  std::shared_ptr<CudaOp> cudaOp(const c10::IValue& outputs, const c10::IValue& inputs);
 
   const std::shared_ptr<Group> group_;
   const std::chrono::milliseconds timeout_;
+  std::mutex streamsMutex_;
+  std::map<c10::DeviceIndex, c10::Stream> streams_;  // the backend's CUDA stream per device
   WorkQueue queue_;
 };
 

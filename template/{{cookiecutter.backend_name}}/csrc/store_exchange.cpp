@@ -42,6 +42,12 @@ Blob encode(const at::Tensor& tensor) {
   return blob;
 }
 
+// The store only moves host memory: tensors on a device are staged through it
+// (on the current stream, which is the backend's stream for CUDA ops).
+at::Tensor onHost(const at::Tensor& tensor) {
+  return tensor.is_cpu() ? tensor : tensor.cpu();
+}
+
 Blob abortBlob() {
   Blob blob(sizeof(Header));
   const Header header{kAbortMagic, 0, 0};
@@ -169,7 +175,7 @@ std::vector<at::Tensor> StoreExchange::allgather(const OpContext& ctx, const at:
   const int me = ctx.group.rank;
   const int size = ctx.group.size;
   if (size == 1) {
-    return {tensor};
+    return {onHost(tensor)};
   }
   beginExchange(ctx);
   std::vector<std::string> keys;
@@ -189,7 +195,7 @@ std::vector<at::Tensor> StoreExchange::allgather(const OpContext& ctx, const at:
   std::vector<at::Tensor> result;
   for (int r = 0, i = 0; r < size; ++r) {
     result.push_back(
-        r == me ? tensor
+        r == me ? onHost(tensor)
                 : decode(std::move(blobs[i++]), tensor, tensor.numel(), r).view(tensor.sizes()));
   }
   return result;
@@ -202,7 +208,7 @@ std::vector<at::Tensor> StoreExchange::gather(
   const int me = ctx.group.rank;
   const int size = ctx.group.size;
   if (size == 1) {
-    return {tensor};
+    return {onHost(tensor)};
   }
   beginExchange(ctx);
   if (me != root) {
@@ -225,7 +231,7 @@ std::vector<at::Tensor> StoreExchange::gather(
   std::vector<at::Tensor> result;
   for (int r = 0, i = 0; r < size; ++r) {
     result.push_back(
-        r == me ? tensor
+        r == me ? onHost(tensor)
                 : decode(std::move(blobs[i++]), tensor, tensor.numel(), r).view(tensor.sizes()));
   }
   return result;
@@ -289,7 +295,7 @@ std::vector<at::Tensor> StoreExchange::alltoall(
       like.numel() == counts.at(me),
       "this rank sends itself ", like.numel(), " elements but expects ", counts.at(me));
   if (size == 1) {
-    return {like.reshape(-1)};
+    return {onHost(like).reshape(-1)};
   }
   beginExchange(ctx);
   std::vector<std::string> outgoing;
@@ -316,7 +322,7 @@ std::vector<at::Tensor> StoreExchange::alltoall(
   std::vector<at::Tensor> result;
   for (int r = 0, i = 0; r < size; ++r) {
     if (r == me) {
-      result.push_back(like.reshape(-1));
+      result.push_back(onHost(like).reshape(-1));
     } else {
       result.push_back(decode(std::move(received[i]), like, expected[i], r));
       ++i;

@@ -322,9 +322,13 @@ def mpirun_command() -> list[str]:
 
 
 def _init(rank: int, world_size: int, rendezvous: dict) -> None:
+    import torch
     import torch.distributed as dist
 
-    import {{ p.package }}  # noqa: F401  (registers the backend)
+    import {{ p.package }}
+
+    if {{ p.package }}.WITH_CUDA and torch.cuda.is_available():
+        torch.cuda.set_device(rank % torch.cuda.device_count())
 
     timeout = timedelta(seconds=rendezvous["timeout"])
     how = rendezvous["init"]

@@ -6,6 +6,14 @@
 #include <sstream>
 #include <utility>
 
+#ifdef WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#endif
+
 namespace allops_collectives {
 namespace {
 
@@ -91,19 +99,19 @@ class Check {
   void tensor(const at::Tensor& t, const char* what) const {
     require(t.defined(), what, " is an undefined tensor");
     require(t.layout() == c10::kStrided, what, " must be a dense tensor, got layout ", t.layout());
-#ifndef WITH_CUDA
-    require(
-        !t.is_cuda(),
-        what,
-        " is a CUDA tensor, but this build of allops_collectives has no CUDA support "
-        "(rebuild it against a CUDA build of torch, or set FORCE_CUDA=1)");
-#endif
     require(
         t.is_cpu() || t.is_cuda(),
         what,
         " is on ",
         t.device(),
-        "; this backend handles cpu and cuda tensors");
+        "; this backend is registered for cpu and cuda tensors");
+#ifndef WITH_CUDA
+    require(
+        !t.is_cuda(),
+        what,
+        " is a CUDA tensor, but this build of allops_collectives has no CUDA support "
+        "(rebuild it against a CUDA build of torch, or with FORCE_CUDA=1)");
+#endif
     require(supportsDtype(t.scalar_type()), what, " has dtype ", t.scalar_type(), ", which this backend does not support");
   }
 
@@ -207,6 +215,17 @@ class Check {
         factor, " x ", small.numel(), "), got ", big.numel());
   }
 
+  // `big` as scaled() on the root; ignored elsewhere.
+  void scaledOnRoot(
+      const at::Tensor& big,
+      const at::Tensor& small,
+      int root,
+      const char* what) const {
+    if (group_.rank == root) {
+      scaled(big, small, size(), what);
+    }
+  }
+
   // The same for lists of tensors, pair by pair.
   void scaledPairs(
       const std::vector<at::Tensor>& bigs,
@@ -294,6 +313,56 @@ class Check {
 };
 
 } // namespace
+
+#ifdef WITH_CUDA
+// A CUDA event that orders streams (no timing). Only c10's CUDA headers and
+// the CUDA runtime are needed, not ATen's (which want the CUDA math libraries).
+class StreamEvent {
+ public:
+  explicit StreamEvent(c10::DeviceIndex device) {
+    const c10::cuda::CUDAGuard onDevice(device);
+    C10_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
+  }
+  StreamEvent(const StreamEvent&) = delete;
+  StreamEvent& operator=(const StreamEvent&) = delete;
+  ~StreamEvent() {
+    cudaEventDestroy(event_);
+  }
+
+  // The event happens when `stream` reaches this point.
+  void record(const c10::cuda::CUDAStream& stream) {
+    C10_CUDA_CHECK(cudaEventRecord(event_, stream.stream()));
+  }
+
+  // Work queued on `stream` from now on waits for the event.
+  void block(const c10::cuda::CUDAStream& stream) const {
+    C10_CUDA_CHECK(cudaStreamWaitEvent(stream.stream(), event_, 0));
+  }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+#endif
+
+// How an op on CUDA tensors meets the streams around it. The op runs on the
+// worker thread, on the backend's stream for the device, once the caller's
+// stream has reached the call (`ready`); `done` marks its end on the backend's
+// stream, and wait() makes the caller's stream wait for it. So results are
+// ordered as with NCCL, and the caller's thread never blocks on the GPU.
+struct CudaOp {
+#ifdef WITH_CUDA
+  CudaOp(c10::Device device, c10::Stream stream)
+      : device(device),
+        stream(c10::cuda::CUDAStream(c10::cuda::CUDAStream::UNCHECKED, stream)),
+        ready(device.index()),
+        done(device.index()) {}
+
+  c10::Device device;
+  c10::cuda::CUDAStream stream;
+  StreamEvent ready;
+  StreamEvent done;
+#endif
+};
 
 const char* reductionName(Reduction op) {
   switch (op) {
@@ -412,7 +481,8 @@ WorkAllops::WorkAllops(
     const char* op,
     std::chrono::milliseconds timeout,
     c10::IValue outputs,
-    Body body)
+    Body body,
+    std::shared_ptr<CudaOp> cuda)
     : c10d::Work(group->rank, type),
       group_(std::move(group)),
       op_(op),
@@ -420,7 +490,16 @@ WorkAllops::WorkAllops(
       deadline_(Clock::now() + timeout),
       outputs_(std::move(outputs)),
       body_(std::move(body)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(outputs_.type())) {}
+      cuda_(std::move(cuda)) {
+#ifdef WITH_CUDA
+  if (cuda_) {  // The future then orders its callbacks after the op's stream.
+    future_ = c10::make_intrusive<c10::ivalue::Future>(
+        outputs_.type(), std::vector<c10::Device>{cuda_->device});
+    return;
+  }
+#endif
+  future_ = c10::make_intrusive<c10::ivalue::Future>(outputs_.type());
+}
 
 std::string WorkAllops::describe() const {
   std::ostringstream out;
@@ -431,20 +510,36 @@ std::string WorkAllops::describe() const {
 
 void WorkAllops::run() {
   std::exception_ptr error;
+#ifdef WITH_CUDA
+  std::optional<c10::cuda::CUDAStreamGuard> onStream;
+  if (cuda_) {
+    onStream.emplace(cuda_->stream);  // and stays there until finish() below
+  }
+#endif
   if (group_->aborted.load()) {
     error = backendError(describe() + ": cancelled, the process group was destroyed before it ran");
   } else if (Clock::now() > deadline_) {
     error = backendError(describe() + ": timed out after " + std::to_string(timeout_.count()) + " ms before it could start");
   } else {
     try {
+#ifdef WITH_CUDA
+      if (cuda_) {
+        cuda_->ready.block(cuda_->stream);
+      }
+#endif
       const OpContext ctx{*group_, op_, seq_, deadline_, timeout_};
       body_(ctx, *this);
+#ifdef WITH_CUDA
+      if (cuda_) {
+        cuda_->done.record(cuda_->stream);
+      }
+#endif
     } catch (...) {
       error = backendError(describe() + " failed: " + errorMessage(std::current_exception()));
     }
   }
   body_ = nullptr;  // Drop the tensors the body captured.
-  finish(error);
+  finish(error);    // For a CUDA op, on its stream: the future records it.
 }
 
 void WorkAllops::finish(std::exception_ptr error) {
@@ -519,7 +614,16 @@ bool WorkAllops::wait(std::chrono::milliseconds timeout) {
   if (error_) {
     std::rethrow_exception(error_);
   }
+  synchronize();
   return true;
+}
+
+void WorkAllops::synchronize() {
+#ifdef WITH_CUDA
+  if (cuda_ && done_.load(std::memory_order_acquire) && !error_) {
+    cuda_->done.block(c10::cuda::getCurrentCUDAStream(cuda_->device.index()));
+  }
+#endif
 }
 
 c10::intrusive_ptr<c10::ivalue::Future> WorkAllops::getFuture() {
@@ -590,15 +694,53 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::enqueue(
     const char* op,
     std::chrono::milliseconds timeout,
     c10::IValue outputs,
+    const c10::IValue& inputs,
     WorkAllops::Body body) {
   if (timeout == c10d::kUnsetTimeout) {
     timeout = timeout_;
   }
+  std::shared_ptr<CudaOp> cuda = cudaOp(outputs, inputs);
   auto work = c10::make_intrusive<WorkAllops>(
-      group_, type, op, timeout, std::move(outputs), std::move(body));
+      group_, type, op, timeout, std::move(outputs), std::move(body), std::move(cuda));
   queue_.push(work);
   return work;
 }
+
+std::shared_ptr<CudaOp> BackendAllops::cudaOp(
+    const c10::IValue& outputs,
+    const c10::IValue& inputs) {
+#ifdef WITH_CUDA
+  std::vector<at::Tensor> tensors;
+  collectTensors(outputs, tensors);
+  collectTensors(inputs, tensors);
+  if (tensors.empty() || !tensors.front().is_cuda()) {
+    return nullptr;
+  }
+  const c10::Device device = tensors.front().device();
+  c10::Stream stream = [&] {
+    std::lock_guard<std::mutex> lock(streamsMutex_);
+    auto it = streams_.find(device.index());
+    if (it == streams_.end()) {
+      it = streams_.emplace(device.index(), c10::cuda::getStreamFromPool(false, device.index())).first;
+    }
+    return it->second;
+  }();
+  auto cuda = std::make_shared<CudaOp>(device, stream);
+  // The op starts when the caller's stream reaches this point.
+  cuda->ready.record(c10::cuda::getCurrentCUDAStream(device.index()));
+  // The caching allocator must not hand these tensors' memory to anyone else
+  // before the backend's stream is done with them.
+  for (const at::Tensor& t : tensors) {
+    c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), cuda->stream);
+  }
+  return cuda;
+#else
+  (void)outputs;
+  (void)inputs;
+  return nullptr;
+#endif
+}
+
 
 // Copies the root's tensor into the tensor of every rank.
 c10::intrusive_ptr<c10d::Work> BackendAllops::broadcast(
@@ -612,6 +754,7 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::broadcast(
       "broadcast",
       opts.timeout,
       tensors,
+      c10::IValue(),
       [=](const OpContext& ctx, WorkAllops&) mutable {
         ops::broadcast(ctx, tensor, root);
       });
@@ -629,6 +772,7 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::allreduce(
       "allreduce",
       opts.timeout,
       tensors,
+      c10::IValue(),
       [=](const OpContext& ctx, WorkAllops&) mutable {
         ops::allreduce(ctx, tensor, op);
       });
@@ -646,6 +790,7 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::allreduce_coalesced(
       "allreduce_coalesced",
       opts.timeout,
       tensors,
+      c10::IValue(),
       [=](const OpContext& ctx, WorkAllops&) mutable {
         ops::allreduce_coalesced(ctx, tensors, op);
       });
@@ -664,6 +809,7 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::reduce(
       "reduce",
       opts.timeout,
       tensors,
+      c10::IValue(),
       [=](const OpContext& ctx, WorkAllops&) mutable {
         ops::reduce(ctx, tensor, op, root);
       });
@@ -683,6 +829,7 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::allgather(
       "allgather",
       opts.timeout,
       outputTensors,
+      inputTensors,
       [=](const OpContext& ctx, WorkAllops&) mutable {
         ops::allgather(ctx, outputs, input);
       });
@@ -705,6 +852,7 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::_allgather_base(
       "_allgather_base",
       opts.timeout,
       std::vector<at::Tensor>{outputBuffer},
+      std::vector<at::Tensor>{inputBuffer},
       [=](const OpContext& ctx, WorkAllops&) mutable {
         ops::_allgather_base(ctx, outputBuffer, inputBuffer);
       });
@@ -723,6 +871,7 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::allgather_coalesced(
       "allgather_coalesced",
       opts.timeout,
       outputTensorLists,
+      inputTensors,
       [=](const OpContext& ctx, WorkAllops&) mutable {
         ops::allgather_coalesced(ctx, outputTensorLists, inputTensors);
       });
@@ -749,6 +898,7 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::allgather_into_tensor_coalesced(
       "allgather_into_tensor_coalesced",
       opts.timeout,
       outputs,
+      inputs,
       [=](const OpContext& ctx, WorkAllops&) mutable {
         ops::allgather_into_tensor_coalesced(ctx, outputs, inputs);
       });
@@ -768,10 +918,33 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::gather(
       "gather",
       opts.timeout,
       outputTensors,
+      inputTensors,
       [=](const OpContext& ctx, WorkAllops&) mutable {
         ops::gather(ctx, outputs, input, root);
       });
 }
+
+// Gathers the tensor of every rank into one flat tensor on the root.
+#if ALLOPS_TORCH_2_14  // added in torch 2.14
+c10::intrusive_ptr<c10d::Work> BackendAllops::gather_single(
+    at::Tensor& outputBuffer,
+    at::Tensor& inputBuffer,
+    const c10d::GatherOptions& opts) {
+  const Check check(*group_, "gather_single");
+  const int root = check.root(opts.rootRank);
+  check.tensor(inputBuffer, "inputBuffer");
+  check.scaledOnRoot(outputBuffer, inputBuffer, root, "outputBuffer");
+  return enqueue(
+      c10d::OpType::GATHER,
+      "gather_single",
+      opts.timeout,
+      std::vector<at::Tensor>{outputBuffer},
+      std::vector<at::Tensor>{inputBuffer},
+      [=](const OpContext& ctx, WorkAllops&) mutable {
+        ops::gather_single(ctx, outputBuffer, inputBuffer, root);
+      });
+}
+#endif
 
 // Sends the root's i-th tensor to rank i.
 c10::intrusive_ptr<c10d::Work> BackendAllops::scatter(
@@ -787,6 +960,7 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::scatter(
       "scatter",
       opts.timeout,
       outputTensors,
+      inputTensors,
       [=](const OpContext& ctx, WorkAllops&) mutable {
         ops::scatter(ctx, output, inputs, root);
       });
@@ -807,6 +981,7 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::reduce_scatter(
       "reduce_scatter",
       opts.timeout,
       outputTensors,
+      inputTensors,
       [=](const OpContext& ctx, WorkAllops&) mutable {
         ops::reduce_scatter(ctx, output, inputs, op);
       });
@@ -830,6 +1005,7 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::_reduce_scatter_base(
       "_reduce_scatter_base",
       opts.timeout,
       std::vector<at::Tensor>{outputBuffer},
+      std::vector<at::Tensor>{inputBuffer},
       [=](const OpContext& ctx, WorkAllops&) mutable {
         ops::_reduce_scatter_base(ctx, outputBuffer, inputBuffer, op);
       });
@@ -853,6 +1029,7 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::reduce_scatter_tensor_coalesced(
       "reduce_scatter_tensor_coalesced",
       opts.timeout,
       outputs,
+      inputs,
       [=](const OpContext& ctx, WorkAllops&) mutable {
         ops::reduce_scatter_tensor_coalesced(ctx, outputs, inputs, op);
       });
@@ -880,6 +1057,7 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::alltoall_base(
       "alltoall_base",
       opts.timeout,
       std::vector<at::Tensor>{outputBuffer},
+      std::vector<at::Tensor>{inputBuffer},
       [=](const OpContext& ctx, WorkAllops&) mutable {
         ops::alltoall_base(ctx, outputBuffer, inputBuffer, outputSplits, inputSplits);
       });
@@ -899,6 +1077,7 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::alltoall(
       "alltoall",
       opts.timeout,
       outputTensors,
+      inputTensors,
       [=](const OpContext& ctx, WorkAllops&) mutable {
         ops::alltoall(ctx, outputTensors, inputTensors);
       });
@@ -917,6 +1096,7 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::send(
       "send",
       c10d::kUnsetTimeout,
       tensors,
+      c10::IValue(),
       [=](const OpContext& ctx, WorkAllops&) mutable {
         ops::send(ctx, tensor, dst, tag);
       });
@@ -935,6 +1115,7 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::recv(
       "recv",
       c10d::kUnsetTimeout,
       tensors,
+      c10::IValue(),
       [=](const OpContext& ctx, WorkAllops&) mutable {
         ops::recv(ctx, tensor, src, tag);
       });
@@ -951,6 +1132,7 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::recvAnysource(
       "recvAnysource",
       c10d::kUnsetTimeout,
       tensors,
+      c10::IValue(),
       [=](const OpContext& ctx, WorkAllops& work) mutable {
         work.setSourceRank(ops::recvAnysource(ctx, tensor, tag));
       });
@@ -964,6 +1146,7 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::barrier(
       "barrier",
       opts.timeout,
       std::vector<at::Tensor>{},
+      c10::IValue(),
       [=](const OpContext& ctx, WorkAllops&) mutable {
         ops::barrier(ctx);
       });

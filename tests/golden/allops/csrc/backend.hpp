@@ -16,6 +16,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -25,8 +26,9 @@
 #include "ops.hpp"
 
 // torch 2.14 renamed several collectives (_allgather_base became
-// all_gather_single, ...) and kept the old names as deprecated aliases. The
-// backend overrides the canonical name of the torch it is built against.
+// all_gather_single, ...), kept the old names as deprecated aliases and added
+// gather_single. The backend overrides the canonical names of the torch it is
+// built against, and only the collectives that torch has.
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 14)
 #define ALLOPS_TORCH_2_14 1
 #else
@@ -36,6 +38,7 @@
 namespace allops_collectives {
 
 class WorkAllops;
+struct CudaOp;
 
 // Runs queued work in order on one background thread, started on first use
 // (never at import time, so processes forked after `import` are safe).
@@ -88,7 +91,8 @@ class WorkAllops : public c10d::Work {
       const char* op,
       std::chrono::milliseconds timeout,
       c10::IValue outputs,
-      Body body);
+      Body body,
+      std::shared_ptr<CudaOp> cuda);
 
   bool isCompleted() override;
   bool isSuccess() const override;
@@ -99,6 +103,8 @@ class WorkAllops : public c10d::Work {
   // (the process group's unless the call gave one); when it passes, raises a
   // RuntimeError naming the backend, op, rank and timeout.
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  // For CUDA tensors: makes the caller's current stream wait for the op.
+  void synchronize() override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   uint64_t getSequencenumber() const override;
 #if ALLOPS_TORCH_2_14
@@ -125,6 +131,7 @@ class WorkAllops : public c10d::Work {
   const std::chrono::steady_clock::time_point deadline_;
   const c10::IValue outputs_;
   Body body_;
+  const std::shared_ptr<CudaOp> cuda_;  // null for CPU ops
   uint64_t seq_ = 0;  // set by WorkQueue::push
   int sourceRank_ = -1;
   std::atomic<bool> finishing_{false};
@@ -194,6 +201,12 @@ class BackendAllops : public c10d::Backend {
       std::vector<std::vector<at::Tensor>>& outputTensors,
       std::vector<at::Tensor>& inputTensors,
       const c10d::GatherOptions& opts) override;
+#if ALLOPS_TORCH_2_14  // added in torch 2.14
+  c10::intrusive_ptr<c10d::Work> gather_single(
+      at::Tensor& outputBuffer,
+      at::Tensor& inputBuffer,
+      const c10d::GatherOptions& opts) override;
+#endif
   c10::intrusive_ptr<c10d::Work> scatter(
       std::vector<at::Tensor>& outputTensors,
       std::vector<std::vector<at::Tensor>>& inputTensors,
@@ -258,16 +271,23 @@ class BackendAllops : public c10d::Backend {
       const c10d::BarrierOptions& opts) override;
 
  private:
-  // Numbers the op, queues it and returns its Work.
+  // Numbers the op, queues it and returns its Work. `inputs` holds the
+  // tensors the op reads but does not write (None when it works in place).
   c10::intrusive_ptr<c10d::Work> enqueue(
       c10d::OpType type,
       const char* op,
       std::chrono::milliseconds timeout,
       c10::IValue outputs,
+      const c10::IValue& inputs,
       WorkAllops::Body body);
+
+  // For an op on CUDA tensors: how it meets the caller's stream. Null for CPU.
+  std::shared_ptr<CudaOp> cudaOp(const c10::IValue& outputs, const c10::IValue& inputs);
 
   const std::shared_ptr<Group> group_;
   const std::chrono::milliseconds timeout_;
+  std::mutex streamsMutex_;
+  std::map<c10::DeviceIndex, c10::Stream> streams_;  // the backend's CUDA stream per device
   WorkQueue queue_;
 };
 

@@ -87,6 +87,12 @@ void gather(const OpContext& ctx, std::vector<at::Tensor>& outputs, const at::Te
   }
 }
 
+// Gathers the tensor of every rank into one flat tensor on the root.
+void gather_single(const OpContext& ctx, at::Tensor& output, const at::Tensor& input, int root) {
+  // Your library's gather_single goes here.
+  output.zero_();
+}
+
 // Sends the root's i-th tensor to rank i.
 void scatter(const OpContext& ctx, at::Tensor& output, const std::vector<at::Tensor>& inputs, int root) {
   // Your library's scatter goes here.

@@ -7,6 +7,14 @@
 #include <sstream>
 #include <utility>
 
+#ifdef WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#endif
+
 namespace mpi_all_collectives {
 namespace {
 
@@ -96,19 +104,19 @@ class Check {
   void tensor(const at::Tensor& t, const char* what) const {
     require(t.defined(), what, " is an undefined tensor");
     require(t.layout() == c10::kStrided, what, " must be a dense tensor, got layout ", t.layout());
-#ifndef WITH_CUDA
-    require(
-        !t.is_cuda(),
-        what,
-        " is a CUDA tensor, but this build of mpi_all_collectives has no CUDA support "
-        "(rebuild it against a CUDA build of torch, or set FORCE_CUDA=1)");
-#endif
     require(
         t.is_cpu() || t.is_cuda(),
         what,
         " is on ",
         t.device(),
-        "; this backend handles cpu and cuda tensors");
+        "; this backend is registered for cpu and cuda tensors");
+#ifndef WITH_CUDA
+    require(
+        !t.is_cuda(),
+        what,
+        " is a CUDA tensor, but this build of mpi_all_collectives has no CUDA support "
+        "(rebuild it against a CUDA build of torch, or with FORCE_CUDA=1)");
+#endif
     require(supportsDtype(t.scalar_type()), what, " has dtype ", t.scalar_type(), ", which this backend does not support");
   }
 
@@ -212,6 +220,17 @@ class Check {
         factor, " x ", small.numel(), "), got ", big.numel());
   }
 
+  // `big` as scaled() on the root; ignored elsewhere.
+  void scaledOnRoot(
+      const at::Tensor& big,
+      const at::Tensor& small,
+      int root,
+      const char* what) const {
+    if (group_.rank == root) {
+      scaled(big, small, size(), what);
+    }
+  }
+
   // The same for lists of tensors, pair by pair.
   void scaledPairs(
       const std::vector<at::Tensor>& bigs,
@@ -299,6 +318,56 @@ class Check {
 };
 
 } // namespace
+
+#ifdef WITH_CUDA
+// A CUDA event that orders streams (no timing). Only c10's CUDA headers and
+// the CUDA runtime are needed, not ATen's (which want the CUDA math libraries).
+class StreamEvent {
+ public:
+  explicit StreamEvent(c10::DeviceIndex device) {
+    const c10::cuda::CUDAGuard onDevice(device);
+    C10_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
+  }
+  StreamEvent(const StreamEvent&) = delete;
+  StreamEvent& operator=(const StreamEvent&) = delete;
+  ~StreamEvent() {
+    cudaEventDestroy(event_);
+  }
+
+  // The event happens when `stream` reaches this point.
+  void record(const c10::cuda::CUDAStream& stream) {
+    C10_CUDA_CHECK(cudaEventRecord(event_, stream.stream()));
+  }
+
+  // Work queued on `stream` from now on waits for the event.
+  void block(const c10::cuda::CUDAStream& stream) const {
+    C10_CUDA_CHECK(cudaStreamWaitEvent(stream.stream(), event_, 0));
+  }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+#endif
+
+// How an op on CUDA tensors meets the streams around it. The op runs on the
+// worker thread, on the backend's stream for the device, once the caller's
+// stream has reached the call (`ready`); `done` marks its end on the backend's
+// stream, and wait() makes the caller's stream wait for it. So results are
+// ordered as with NCCL, and the caller's thread never blocks on the GPU.
+struct CudaOp {
+#ifdef WITH_CUDA
+  CudaOp(c10::Device device, c10::Stream stream)
+      : device(device),
+        stream(c10::cuda::CUDAStream(c10::cuda::CUDAStream::UNCHECKED, stream)),
+        ready(device.index()),
+        done(device.index()) {}
+
+  c10::Device device;
+  c10::cuda::CUDAStream stream;
+  StreamEvent ready;
+  StreamEvent done;
+#endif
+};
 
 const char* reductionName(Reduction op) {
   switch (op) {
@@ -457,7 +526,8 @@ WorkMpiAll::WorkMpiAll(
     const char* op,
     std::chrono::milliseconds timeout,
     c10::IValue outputs,
-    Body body)
+    Body body,
+    std::shared_ptr<CudaOp> cuda)
     : c10d::Work(group->rank, type),
       group_(std::move(group)),
       op_(op),
@@ -465,7 +535,16 @@ WorkMpiAll::WorkMpiAll(
       deadline_(Clock::now() + timeout),
       outputs_(std::move(outputs)),
       body_(std::move(body)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(outputs_.type())) {}
+      cuda_(std::move(cuda)) {
+#ifdef WITH_CUDA
+  if (cuda_) {  // The future then orders its callbacks after the op's stream.
+    future_ = c10::make_intrusive<c10::ivalue::Future>(
+        outputs_.type(), std::vector<c10::Device>{cuda_->device});
+    return;
+  }
+#endif
+  future_ = c10::make_intrusive<c10::ivalue::Future>(outputs_.type());
+}
 
 std::string WorkMpiAll::describe() const {
   std::ostringstream out;
@@ -476,14 +555,30 @@ std::string WorkMpiAll::describe() const {
 
 void WorkMpiAll::run() {
   std::exception_ptr error;
+#ifdef WITH_CUDA
+  std::optional<c10::cuda::CUDAStreamGuard> onStream;
+  if (cuda_) {
+    onStream.emplace(cuda_->stream);  // and stays there until finish() below
+  }
+#endif
   if (group_->aborted.load()) {
     error = backendError(describe() + ": cancelled, the process group was destroyed before it ran");
   } else if (Clock::now() > deadline_) {
     error = backendError(describe() + ": timed out after " + std::to_string(timeout_.count()) + " ms before it could start");
   } else {
     try {
+#ifdef WITH_CUDA
+      if (cuda_) {
+        cuda_->ready.block(cuda_->stream);
+      }
+#endif
       const OpContext ctx{*group_, op_, seq_, deadline_, timeout_, &later_};
       body_(ctx, *this);
+#ifdef WITH_CUDA
+      if (cuda_ && !later_) {
+        cuda_->done.record(cuda_->stream);
+      }
+#endif
     } catch (...) {
       error = backendError(describe() + " failed: " + errorMessage(std::current_exception()));
       later_ = nullptr;
@@ -493,15 +588,26 @@ void WorkMpiAll::run() {
   if (later_) {
     return;  // the WorkQueue polls it until it completes
   }
-  finish(error);
+  finish(error);    // For a CUDA op, on its stream: the future records it.
 }
 
 bool WorkMpiAll::poll() {
+#ifdef WITH_CUDA
+  std::optional<c10::cuda::CUDAStreamGuard> onStream;
+  if (cuda_) {
+    onStream.emplace(cuda_->stream);  // staged results are copied back on the op's stream
+  }
+#endif
   std::exception_ptr error;
   try {
     if (!later_()) {
       return false;
     }
+#ifdef WITH_CUDA
+    if (cuda_) {
+      cuda_->done.record(cuda_->stream);
+    }
+#endif
   } catch (...) {
     error = backendError(describe() + " failed: " + errorMessage(std::current_exception()));
   }
@@ -582,7 +688,16 @@ bool WorkMpiAll::wait(std::chrono::milliseconds timeout) {
   if (error_) {
     std::rethrow_exception(error_);
   }
+  synchronize();
   return true;
+}
+
+void WorkMpiAll::synchronize() {
+#ifdef WITH_CUDA
+  if (cuda_ && done_.load(std::memory_order_acquire) && !error_) {
+    cuda_->done.block(c10::cuda::getCurrentCUDAStream(cuda_->device.index()));
+  }
+#endif
 }
 
 c10::intrusive_ptr<c10::ivalue::Future> WorkMpiAll::getFuture() {
@@ -656,15 +771,53 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::enqueue(
     const char* op,
     std::chrono::milliseconds timeout,
     c10::IValue outputs,
+    const c10::IValue& inputs,
     WorkMpiAll::Body body) {
   if (timeout == c10d::kUnsetTimeout) {
     timeout = timeout_;
   }
+  std::shared_ptr<CudaOp> cuda = cudaOp(outputs, inputs);
   auto work = c10::make_intrusive<WorkMpiAll>(
-      group_, type, op, timeout, std::move(outputs), std::move(body));
+      group_, type, op, timeout, std::move(outputs), std::move(body), std::move(cuda));
   queue_.push(work);
   return work;
 }
+
+std::shared_ptr<CudaOp> BackendMpiAll::cudaOp(
+    const c10::IValue& outputs,
+    const c10::IValue& inputs) {
+#ifdef WITH_CUDA
+  std::vector<at::Tensor> tensors;
+  collectTensors(outputs, tensors);
+  collectTensors(inputs, tensors);
+  if (tensors.empty() || !tensors.front().is_cuda()) {
+    return nullptr;
+  }
+  const c10::Device device = tensors.front().device();
+  c10::Stream stream = [&] {
+    std::lock_guard<std::mutex> lock(streamsMutex_);
+    auto it = streams_.find(device.index());
+    if (it == streams_.end()) {
+      it = streams_.emplace(device.index(), c10::cuda::getStreamFromPool(false, device.index())).first;
+    }
+    return it->second;
+  }();
+  auto cuda = std::make_shared<CudaOp>(device, stream);
+  // The op starts when the caller's stream reaches this point.
+  cuda->ready.record(c10::cuda::getCurrentCUDAStream(device.index()));
+  // The caching allocator must not hand these tensors' memory to anyone else
+  // before the backend's stream is done with them.
+  for (const at::Tensor& t : tensors) {
+    c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), cuda->stream);
+  }
+  return cuda;
+#else
+  (void)outputs;
+  (void)inputs;
+  return nullptr;
+#endif
+}
+
 
 // Copies the root's tensor into the tensor of every rank.
 c10::intrusive_ptr<c10d::Work> BackendMpiAll::broadcast(
@@ -678,6 +831,7 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::broadcast(
       "broadcast",
       opts.timeout,
       tensors,
+      c10::IValue(),
       [=](const OpContext& ctx, WorkMpiAll&) mutable {
         ops::broadcast(ctx, tensor, root);
       });
@@ -695,6 +849,7 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::allreduce(
       "allreduce",
       opts.timeout,
       tensors,
+      c10::IValue(),
       [=](const OpContext& ctx, WorkMpiAll&) mutable {
         ops::allreduce(ctx, tensor, op);
       });
@@ -712,6 +867,7 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::allreduce_coalesced(
       "allreduce_coalesced",
       opts.timeout,
       tensors,
+      c10::IValue(),
       [=](const OpContext& ctx, WorkMpiAll&) mutable {
         ops::allreduce_coalesced(ctx, tensors, op);
       });
@@ -730,6 +886,7 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::reduce(
       "reduce",
       opts.timeout,
       tensors,
+      c10::IValue(),
       [=](const OpContext& ctx, WorkMpiAll&) mutable {
         ops::reduce(ctx, tensor, op, root);
       });
@@ -749,6 +906,7 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::allgather(
       "allgather",
       opts.timeout,
       outputTensors,
+      inputTensors,
       [=](const OpContext& ctx, WorkMpiAll&) mutable {
         ops::allgather(ctx, outputs, input);
       });
@@ -771,6 +929,7 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::_allgather_base(
       "_allgather_base",
       opts.timeout,
       std::vector<at::Tensor>{outputBuffer},
+      std::vector<at::Tensor>{inputBuffer},
       [=](const OpContext& ctx, WorkMpiAll&) mutable {
         ops::_allgather_base(ctx, outputBuffer, inputBuffer);
       });
@@ -789,6 +948,7 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::allgather_coalesced(
       "allgather_coalesced",
       opts.timeout,
       outputTensorLists,
+      inputTensors,
       [=](const OpContext& ctx, WorkMpiAll&) mutable {
         ops::allgather_coalesced(ctx, outputTensorLists, inputTensors);
       });
@@ -815,6 +975,7 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::allgather_into_tensor_coalesced(
       "allgather_into_tensor_coalesced",
       opts.timeout,
       outputs,
+      inputs,
       [=](const OpContext& ctx, WorkMpiAll&) mutable {
         ops::allgather_into_tensor_coalesced(ctx, outputs, inputs);
       });
@@ -834,10 +995,33 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::gather(
       "gather",
       opts.timeout,
       outputTensors,
+      inputTensors,
       [=](const OpContext& ctx, WorkMpiAll&) mutable {
         ops::gather(ctx, outputs, input, root);
       });
 }
+
+// Gathers the tensor of every rank into one flat tensor on the root.
+#if MPI_ALL_TORCH_2_14  // added in torch 2.14
+c10::intrusive_ptr<c10d::Work> BackendMpiAll::gather_single(
+    at::Tensor& outputBuffer,
+    at::Tensor& inputBuffer,
+    const c10d::GatherOptions& opts) {
+  const Check check(*group_, "gather_single");
+  const int root = check.root(opts.rootRank);
+  check.tensor(inputBuffer, "inputBuffer");
+  check.scaledOnRoot(outputBuffer, inputBuffer, root, "outputBuffer");
+  return enqueue(
+      c10d::OpType::GATHER,
+      "gather_single",
+      opts.timeout,
+      std::vector<at::Tensor>{outputBuffer},
+      std::vector<at::Tensor>{inputBuffer},
+      [=](const OpContext& ctx, WorkMpiAll&) mutable {
+        ops::gather_single(ctx, outputBuffer, inputBuffer, root);
+      });
+}
+#endif
 
 // Sends the root's i-th tensor to rank i.
 c10::intrusive_ptr<c10d::Work> BackendMpiAll::scatter(
@@ -853,6 +1037,7 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::scatter(
       "scatter",
       opts.timeout,
       outputTensors,
+      inputTensors,
       [=](const OpContext& ctx, WorkMpiAll&) mutable {
         ops::scatter(ctx, output, inputs, root);
       });
@@ -873,6 +1058,7 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::reduce_scatter(
       "reduce_scatter",
       opts.timeout,
       outputTensors,
+      inputTensors,
       [=](const OpContext& ctx, WorkMpiAll&) mutable {
         ops::reduce_scatter(ctx, output, inputs, op);
       });
@@ -896,6 +1082,7 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::_reduce_scatter_base(
       "_reduce_scatter_base",
       opts.timeout,
       std::vector<at::Tensor>{outputBuffer},
+      std::vector<at::Tensor>{inputBuffer},
       [=](const OpContext& ctx, WorkMpiAll&) mutable {
         ops::_reduce_scatter_base(ctx, outputBuffer, inputBuffer, op);
       });
@@ -919,6 +1106,7 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::reduce_scatter_tensor_coalesced(
       "reduce_scatter_tensor_coalesced",
       opts.timeout,
       outputs,
+      inputs,
       [=](const OpContext& ctx, WorkMpiAll&) mutable {
         ops::reduce_scatter_tensor_coalesced(ctx, outputs, inputs, op);
       });
@@ -946,6 +1134,7 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::alltoall_base(
       "alltoall_base",
       opts.timeout,
       std::vector<at::Tensor>{outputBuffer},
+      std::vector<at::Tensor>{inputBuffer},
       [=](const OpContext& ctx, WorkMpiAll&) mutable {
         ops::alltoall_base(ctx, outputBuffer, inputBuffer, outputSplits, inputSplits);
       });
@@ -965,6 +1154,7 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::alltoall(
       "alltoall",
       opts.timeout,
       outputTensors,
+      inputTensors,
       [=](const OpContext& ctx, WorkMpiAll&) mutable {
         ops::alltoall(ctx, outputTensors, inputTensors);
       });
@@ -983,6 +1173,7 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::send(
       "send",
       c10d::kUnsetTimeout,
       tensors,
+      c10::IValue(),
       [=](const OpContext& ctx, WorkMpiAll&) mutable {
         ops::send(ctx, tensor, dst, tag);
       });
@@ -1001,6 +1192,7 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::recv(
       "recv",
       c10d::kUnsetTimeout,
       tensors,
+      c10::IValue(),
       [=](const OpContext& ctx, WorkMpiAll&) mutable {
         ops::recv(ctx, tensor, src, tag);
       });
@@ -1017,6 +1209,7 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::recvAnysource(
       "recvAnysource",
       c10d::kUnsetTimeout,
       tensors,
+      c10::IValue(),
       [=](const OpContext& ctx, WorkMpiAll& work) mutable {
         work.setSourceRank(ops::recvAnysource(ctx, tensor, tag));
       });
@@ -1030,6 +1223,7 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::barrier(
       "barrier",
       opts.timeout,
       std::vector<at::Tensor>{},
+      c10::IValue(),
       [=](const OpContext& ctx, WorkMpiAll&) mutable {
         ops::barrier(ctx);
       });

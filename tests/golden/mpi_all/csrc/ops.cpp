@@ -208,6 +208,17 @@ void gather(const OpContext& ctx, std::vector<at::Tensor>& outputs, const at::Te
   mpi.completeLater();
 }
 
+// Gathers the tensor of every rank into one flat tensor on the root.
+void gather_single(const OpContext& ctx, at::Tensor& output, const at::Tensor& input, int root) {
+  MpiOp mpi(ctx);
+  const Buffer send = mpi.in(input);
+  const Buffer recv = ctx.group.rank == root ? mpi.out(output) : Buffer{};  // used on the root only
+  CHECK_MPI(MPI_Igather(
+      inPlaceIfAliased(send, recv, ctx.group.rank), send.count, send.type,
+      recv.ptr, send.count, send.type, root, mpi.comm(), mpi.request()));
+  mpi.completeLater();
+}
+
 // Sends the root's i-th tensor to rank i.
 void scatter(const OpContext& ctx, at::Tensor& output, const std::vector<at::Tensor>& inputs, int root) {
   MpiOp mpi(ctx);

@@ -106,6 +106,9 @@ void allgather_into_tensor_coalesced(const OpContext& ctx, std::vector<at::Tenso
 // Gathers the tensor of every rank into a list on the root.
 void gather(const OpContext& ctx, std::vector<at::Tensor>& outputs, const at::Tensor& input, int root);
 
+// Gathers the tensor of every rank into one flat tensor on the root.
+void gather_single(const OpContext& ctx, at::Tensor& output, const at::Tensor& input, int root);
+
 // Sends the root's i-th tensor to rank i.
 void scatter(const OpContext& ctx, at::Tensor& output, const std::vector<at::Tensor>& inputs, int root);
 

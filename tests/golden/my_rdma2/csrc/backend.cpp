@@ -6,6 +6,14 @@
 #include <sstream>
 #include <utility>
 
+#ifdef WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#endif
+
 namespace my_rdma2_collectives {
 namespace {
 
@@ -92,7 +100,11 @@ class Check {
     require(t.defined(), what, " is an undefined tensor");
     require(t.layout() == c10::kStrided, what, " must be a dense tensor, got layout ", t.layout());
     require(
-        t.is_cpu(), what, " is on ", t.device(), "; this backend handles cpu tensors");
+        t.is_cpu(),
+        what,
+        " is on ",
+        t.device(),
+        "; this backend is registered for cpu tensors");
     require(supportsDtype(t.scalar_type()), what, " has dtype ", t.scalar_type(), ", which this backend does not support");
   }
 
@@ -196,6 +208,17 @@ class Check {
         factor, " x ", small.numel(), "), got ", big.numel());
   }
 
+  // `big` as scaled() on the root; ignored elsewhere.
+  void scaledOnRoot(
+      const at::Tensor& big,
+      const at::Tensor& small,
+      int root,
+      const char* what) const {
+    if (group_.rank == root) {
+      scaled(big, small, size(), what);
+    }
+  }
+
   // The same for lists of tensors, pair by pair.
   void scaledPairs(
       const std::vector<at::Tensor>& bigs,
@@ -283,6 +306,56 @@ class Check {
 };
 
 } // namespace
+
+#ifdef WITH_CUDA
+// A CUDA event that orders streams (no timing). Only c10's CUDA headers and
+// the CUDA runtime are needed, not ATen's (which want the CUDA math libraries).
+class StreamEvent {
+ public:
+  explicit StreamEvent(c10::DeviceIndex device) {
+    const c10::cuda::CUDAGuard onDevice(device);
+    C10_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
+  }
+  StreamEvent(const StreamEvent&) = delete;
+  StreamEvent& operator=(const StreamEvent&) = delete;
+  ~StreamEvent() {
+    cudaEventDestroy(event_);
+  }
+
+  // The event happens when `stream` reaches this point.
+  void record(const c10::cuda::CUDAStream& stream) {
+    C10_CUDA_CHECK(cudaEventRecord(event_, stream.stream()));
+  }
+
+  // Work queued on `stream` from now on waits for the event.
+  void block(const c10::cuda::CUDAStream& stream) const {
+    C10_CUDA_CHECK(cudaStreamWaitEvent(stream.stream(), event_, 0));
+  }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+#endif
+
+// How an op on CUDA tensors meets the streams around it. The op runs on the
+// worker thread, on the backend's stream for the device, once the caller's
+// stream has reached the call (`ready`); `done` marks its end on the backend's
+// stream, and wait() makes the caller's stream wait for it. So results are
+// ordered as with NCCL, and the caller's thread never blocks on the GPU.
+struct CudaOp {
+#ifdef WITH_CUDA
+  CudaOp(c10::Device device, c10::Stream stream)
+      : device(device),
+        stream(c10::cuda::CUDAStream(c10::cuda::CUDAStream::UNCHECKED, stream)),
+        ready(device.index()),
+        done(device.index()) {}
+
+  c10::Device device;
+  c10::cuda::CUDAStream stream;
+  StreamEvent ready;
+  StreamEvent done;
+#endif
+};
 
 const char* reductionName(Reduction op) {
   switch (op) {
@@ -401,7 +474,8 @@ WorkMyRdma2::WorkMyRdma2(
     const char* op,
     std::chrono::milliseconds timeout,
     c10::IValue outputs,
-    Body body)
+    Body body,
+    std::shared_ptr<CudaOp> cuda)
     : c10d::Work(group->rank, type),
       group_(std::move(group)),
       op_(op),
@@ -409,7 +483,16 @@ WorkMyRdma2::WorkMyRdma2(
       deadline_(Clock::now() + timeout),
       outputs_(std::move(outputs)),
       body_(std::move(body)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(outputs_.type())) {}
+      cuda_(std::move(cuda)) {
+#ifdef WITH_CUDA
+  if (cuda_) {  // The future then orders its callbacks after the op's stream.
+    future_ = c10::make_intrusive<c10::ivalue::Future>(
+        outputs_.type(), std::vector<c10::Device>{cuda_->device});
+    return;
+  }
+#endif
+  future_ = c10::make_intrusive<c10::ivalue::Future>(outputs_.type());
+}
 
 std::string WorkMyRdma2::describe() const {
   std::ostringstream out;
@@ -420,20 +503,36 @@ std::string WorkMyRdma2::describe() const {
 
 void WorkMyRdma2::run() {
   std::exception_ptr error;
+#ifdef WITH_CUDA
+  std::optional<c10::cuda::CUDAStreamGuard> onStream;
+  if (cuda_) {
+    onStream.emplace(cuda_->stream);  // and stays there until finish() below
+  }
+#endif
   if (group_->aborted.load()) {
     error = backendError(describe() + ": cancelled, the process group was destroyed before it ran");
   } else if (Clock::now() > deadline_) {
     error = backendError(describe() + ": timed out after " + std::to_string(timeout_.count()) + " ms before it could start");
   } else {
     try {
+#ifdef WITH_CUDA
+      if (cuda_) {
+        cuda_->ready.block(cuda_->stream);
+      }
+#endif
       const OpContext ctx{*group_, op_, seq_, deadline_, timeout_};
       body_(ctx, *this);
+#ifdef WITH_CUDA
+      if (cuda_) {
+        cuda_->done.record(cuda_->stream);
+      }
+#endif
     } catch (...) {
       error = backendError(describe() + " failed: " + errorMessage(std::current_exception()));
     }
   }
   body_ = nullptr;  // Drop the tensors the body captured.
-  finish(error);
+  finish(error);    // For a CUDA op, on its stream: the future records it.
 }
 
 void WorkMyRdma2::finish(std::exception_ptr error) {
@@ -508,7 +607,16 @@ bool WorkMyRdma2::wait(std::chrono::milliseconds timeout) {
   if (error_) {
     std::rethrow_exception(error_);
   }
+  synchronize();
   return true;
+}
+
+void WorkMyRdma2::synchronize() {
+#ifdef WITH_CUDA
+  if (cuda_ && done_.load(std::memory_order_acquire) && !error_) {
+    cuda_->done.block(c10::cuda::getCurrentCUDAStream(cuda_->device.index()));
+  }
+#endif
 }
 
 c10::intrusive_ptr<c10::ivalue::Future> WorkMyRdma2::getFuture() {
@@ -579,15 +687,53 @@ c10::intrusive_ptr<c10d::Work> BackendMyRdma2::enqueue(
     const char* op,
     std::chrono::milliseconds timeout,
     c10::IValue outputs,
+    const c10::IValue& inputs,
     WorkMyRdma2::Body body) {
   if (timeout == c10d::kUnsetTimeout) {
     timeout = timeout_;
   }
+  std::shared_ptr<CudaOp> cuda = cudaOp(outputs, inputs);
   auto work = c10::make_intrusive<WorkMyRdma2>(
-      group_, type, op, timeout, std::move(outputs), std::move(body));
+      group_, type, op, timeout, std::move(outputs), std::move(body), std::move(cuda));
   queue_.push(work);
   return work;
 }
+
+std::shared_ptr<CudaOp> BackendMyRdma2::cudaOp(
+    const c10::IValue& outputs,
+    const c10::IValue& inputs) {
+#ifdef WITH_CUDA
+  std::vector<at::Tensor> tensors;
+  collectTensors(outputs, tensors);
+  collectTensors(inputs, tensors);
+  if (tensors.empty() || !tensors.front().is_cuda()) {
+    return nullptr;
+  }
+  const c10::Device device = tensors.front().device();
+  c10::Stream stream = [&] {
+    std::lock_guard<std::mutex> lock(streamsMutex_);
+    auto it = streams_.find(device.index());
+    if (it == streams_.end()) {
+      it = streams_.emplace(device.index(), c10::cuda::getStreamFromPool(false, device.index())).first;
+    }
+    return it->second;
+  }();
+  auto cuda = std::make_shared<CudaOp>(device, stream);
+  // The op starts when the caller's stream reaches this point.
+  cuda->ready.record(c10::cuda::getCurrentCUDAStream(device.index()));
+  // The caching allocator must not hand these tensors' memory to anyone else
+  // before the backend's stream is done with them.
+  for (const at::Tensor& t : tensors) {
+    c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), cuda->stream);
+  }
+  return cuda;
+#else
+  (void)outputs;
+  (void)inputs;
+  return nullptr;
+#endif
+}
+
 
 // Reduces one flat tensor of every rank; rank i keeps the i-th chunk.
 #if MY_RDMA2_TORCH_2_14
@@ -607,6 +753,7 @@ c10::intrusive_ptr<c10d::Work> BackendMyRdma2::_reduce_scatter_base(
       "_reduce_scatter_base",
       opts.timeout,
       std::vector<at::Tensor>{outputBuffer},
+      std::vector<at::Tensor>{inputBuffer},
       [=](const OpContext& ctx, WorkMyRdma2&) mutable {
         ops::_reduce_scatter_base(ctx, outputBuffer, inputBuffer, op);
       });
@@ -634,6 +781,7 @@ c10::intrusive_ptr<c10d::Work> BackendMyRdma2::alltoall_base(
       "alltoall_base",
       opts.timeout,
       std::vector<at::Tensor>{outputBuffer},
+      std::vector<at::Tensor>{inputBuffer},
       [=](const OpContext& ctx, WorkMyRdma2&) mutable {
         ops::alltoall_base(ctx, outputBuffer, inputBuffer, outputSplits, inputSplits);
       });
@@ -652,6 +800,7 @@ c10::intrusive_ptr<c10d::Work> BackendMyRdma2::send(
       "send",
       c10d::kUnsetTimeout,
       tensors,
+      c10::IValue(),
       [=](const OpContext& ctx, WorkMyRdma2&) mutable {
         ops::send(ctx, tensor, dst, tag);
       });
@@ -670,6 +819,7 @@ c10::intrusive_ptr<c10d::Work> BackendMyRdma2::recv(
       "recv",
       c10d::kUnsetTimeout,
       tensors,
+      c10::IValue(),
       [=](const OpContext& ctx, WorkMyRdma2&) mutable {
         ops::recv(ctx, tensor, src, tag);
       });
@@ -686,6 +836,7 @@ c10::intrusive_ptr<c10d::Work> BackendMyRdma2::recvAnysource(
       "recvAnysource",
       c10d::kUnsetTimeout,
       tensors,
+      c10::IValue(),
       [=](const OpContext& ctx, WorkMyRdma2& work) mutable {
         work.setSourceRank(ops::recvAnysource(ctx, tensor, tag));
       });
@@ -699,6 +850,7 @@ c10::intrusive_ptr<c10d::Work> BackendMyRdma2::barrier(
       "barrier",
       opts.timeout,
       std::vector<at::Tensor>{},
+      c10::IValue(),
       [=](const OpContext& ctx, WorkMyRdma2&) mutable {
         ops::barrier(ctx);
       });

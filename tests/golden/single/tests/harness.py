@@ -153,9 +153,13 @@ class Cluster:
 
 
 def _init(rank: int, world_size: int, rendezvous: dict) -> None:
+    import torch
     import torch.distributed as dist
 
-    import single_collectives  # noqa: F401  (registers the backend)
+    import single_collectives
+
+    if single_collectives.WITH_CUDA and torch.cuda.is_available():
+        torch.cuda.set_device(rank % torch.cuda.device_count())
 
     timeout = timedelta(seconds=rendezvous["timeout"])
     how = rendezvous["init"]

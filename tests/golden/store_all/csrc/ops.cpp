@@ -219,6 +219,14 @@ void gather(const OpContext& ctx, std::vector<at::Tensor>& outputs, const at::Te
   }
 }
 
+// Gathers the tensor of every rank into one flat tensor on the root.
+void gather_single(const OpContext& ctx, at::Tensor& output, const at::Tensor& input, int root) {
+  std::vector<at::Tensor> all = exchange(ctx).gather(ctx, input, root);
+  if (ctx.group.rank == root) {
+    copyPieces(output, all);
+  }
+}
+
 // Sends the root's i-th tensor to rank i.
 void scatter(const OpContext& ctx, at::Tensor& output, const std::vector<at::Tensor>& inputs, int root) {
   output.copy_(exchange(ctx).scatter(ctx, inputs, root, output));

@@ -2,7 +2,8 @@
 // c10d::Store the backend was created with (init_process_group's store).
 //
 // The reference implementation in ops.cpp builds every collective from these
-// few exchanges. Each call blocks until its data has arrived, and fails with a
+// few exchanges. Tensors they return are on the host: the store only moves
+// host memory, so CUDA tensors are staged through it. Each call blocks until its data has arrived, and fails with a
 // clear error when the op's deadline passes (naming the ranks that never sent)
 // or when the group is destroyed. Keys carry the number of the collective, so
 // ops never see each other's data, and every key is deleted as soon as all its

@@ -30,6 +30,7 @@ OPS = [
     "allgather_coalesced",
     "allgather_into_tensor_coalesced",
     "gather",
+    "gather_single",
     "scatter",
     "reduce_scatter",
     "_reduce_scatter_base",
