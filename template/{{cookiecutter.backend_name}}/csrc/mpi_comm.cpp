@@ -628,6 +628,19 @@ Buffer MpiOp::out(const at::Tensor& tensor) {
   return bufferOver(staged, staged.numel(), tensor.scalar_type());
 }
 
+Buffer MpiOp::out(const at::Tensor& tensor, const Buffer& input) {
+  const char* begin = static_cast<const char*>(tensor.data_ptr());
+  const char* end = begin + tensor.nbytes();
+  const char* inputBegin = static_cast<const char*>(input.ptr);
+  const char* inputEnd = inputBegin + static_cast<size_t>(input.count) * input.itemsize;
+  if (!canUseInPlace(tensor) || input.ptr == nullptr || end <= inputBegin || inputEnd <= begin) {
+    return out(tensor);
+  }
+  const at::Tensor staged = tensor.new_empty(tensor.sizes(), tensor.options().device(at::kCPU));
+  state_->writeBacks.push_back({staged, {tensor}});
+  return bufferOver(staged, staged.numel(), tensor.scalar_type());
+}
+
 Buffer MpiOp::inout(const at::Tensor& tensor) {
   if (canUseInPlace(tensor)) {
     state_->tensors.push_back(tensor);

@@ -145,6 +145,10 @@ class MpiOp {
   Buffer in(const at::Tensor& tensor);
   // A buffer MPI writes to; a staging copy is written back at completion.
   Buffer out(const at::Tensor& tensor);
+  // The same, apart from `input`: MPI forbids a receive buffer that overlaps
+  // the send buffer, as in reduce_scatter_tensor(input.chunk(n)[rank], input),
+  // so then it is a staging copy.
+  Buffer out(const at::Tensor& tensor, const Buffer& input);
   // A buffer MPI reads and writes.
   Buffer inout(const at::Tensor& tensor);
   // Several tensors of one dtype, one after the other, as one buffer: their

@@ -234,7 +234,7 @@ void scatter(const OpContext& ctx, at::Tensor& output, const std::vector<at::Ten
 void reduce_scatter(const OpContext& ctx, at::Tensor& output, const std::vector<at::Tensor>& inputs, Reduction op) {
   MpiOp mpi(ctx);
   const Buffer send = mpi.in(inputs);  // in place when the inputs lie back to back
-  const Buffer recv = mpi.out(output);
+  const Buffer recv = mpi.out(output, send);  // a copy if it overlaps the input
   CHECK_MPI(MPI_Ireduce_scatter_block(
       send.ptr, recv.ptr, recv.count, recv.type, reduction(op, output), mpi.comm(), mpi.request()));
   mpi.divideIfAverage(op, output);
@@ -245,7 +245,7 @@ void reduce_scatter(const OpContext& ctx, at::Tensor& output, const std::vector<
 void _reduce_scatter_base(const OpContext& ctx, at::Tensor& output, const at::Tensor& input, Reduction op) {
   MpiOp mpi(ctx);
   const Buffer send = mpi.in(input);
-  const Buffer recv = mpi.out(output);
+  const Buffer recv = mpi.out(output, send);  // a copy if it overlaps the input
   CHECK_MPI(MPI_Ireduce_scatter_block(
       send.ptr, recv.ptr, recv.count, recv.type, reduction(op, output), mpi.comm(), mpi.request()));
   mpi.divideIfAverage(op, output);
@@ -258,7 +258,7 @@ void reduce_scatter_tensor_coalesced(const OpContext& ctx, std::vector<at::Tenso
   MpiOp mpi(ctx);
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Buffer send = mpi.in(inputs[i]);
-    const Buffer recv = mpi.out(outputs[i]);
+    const Buffer recv = mpi.out(outputs[i], send);
     CHECK_MPI(MPI_Ireduce_scatter_block(
         send.ptr, recv.ptr, recv.count, recv.type, reduction(op, outputs[i]), mpi.comm(),
         mpi.request()));
@@ -272,7 +272,7 @@ void alltoall_base(const OpContext& ctx, at::Tensor& output, const at::Tensor& i
   // Splits count rows of dimension 0; MPI counts elements.
   MpiOp mpi(ctx);
   const Buffer send = mpi.in(input);
-  const Buffer recv = mpi.out(output);
+  const Buffer recv = mpi.out(output, send);
   const std::vector<int> sendCounts = elementCounts(inputSplits, rowNumel(input));
   const std::vector<int> recvCounts = elementCounts(outputSplits, rowNumel(output));
   if (allEqual(sendCounts) && allEqual(recvCounts)) {
