@@ -50,6 +50,7 @@ class Op:
     mpi: str = ""
     inputs: str = ""
     since: str | None = None
+    queue: str = "ops"
     aliases: tuple[str, ...] = ()
     renamed: Rename | None = None
     op_type_renamed: Rename | None = None
@@ -57,6 +58,11 @@ class Op:
     def body_for(self, impl: str) -> str:
         """The C++ body of this op in ops.cpp for an implementation (dummy, store, mpi)."""
         return getattr(self, impl)
+
+    @property
+    def on_receive_queue(self) -> bool:
+        """Whether the op runs on the backend's receive thread (see ``queue``)."""
+        return self.queue == "receives"
 
     @property
     def spellings(self) -> tuple[str, ...]:
@@ -140,5 +146,7 @@ def load_catalogue(path: Path = CATALOGUE_FILE) -> Catalogue:
         entry["renamed"] = _rename(entry.get("renamed"))
         entry["op_type_renamed"] = _rename(entry.get("op_type_renamed"))
         entry = {k: v.strip("\n") if isinstance(v, str) else v for k, v in entry.items()}
+        if entry.get("queue", "ops") not in ("ops", "receives"):
+            raise ValueError(f'catalogue: {entry["name"]}: queue must be "ops" or "receives"')
         ops.append(Op(**entry))
     return Catalogue(tuple(ops), dict(raw.get("not_supported", {})))

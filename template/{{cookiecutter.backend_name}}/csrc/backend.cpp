@@ -582,7 +582,9 @@ void {{ p.work_class }}::run() {
   if (group_->aborted.load()) {
     error = backendError(describe() + ": cancelled, the process group was destroyed before it ran");
   } else if (Clock::now() > deadline_) {
-    error = backendError(describe() + ": timed out after " + std::to_string(timeout_.count()) + " ms before it could start");
+    error = backendError(
+        describe() + ": could not start within its " + std::to_string(timeout_.count()) +
+        " ms timeout (the ops queued before it took that long)");
   } else {
     try {
 #ifdef WITH_CUDA
@@ -697,8 +699,9 @@ bool {{ p.work_class }}::wait(std::chrono::milliseconds timeout) {
       lock.unlock();
       const auto limit = useOwn ? timeout_ : timeout;
       const std::exception_ptr error = backendError(
-          describe() + " timed out after " + std::to_string(limit.count()) +
-          " ms (the op has not completed; a peer may have failed or not called it)");
+          describe() + " did not complete within " + (useOwn ? "its " : "the ") +
+          std::to_string(limit.count()) + " ms timeout (a peer may have failed, or not called " +
+          op_ + ")");
       if (!useOwn) {
         std::rethrow_exception(error);
       }
@@ -792,6 +795,15 @@ void {{ p.backend_class }}::shutdown() {
   group_->exchange->abort();  // wakes an op blocked on the store
 {%- endif %}
   queue_.stop();
+  receives_.stop();
+}
+
+void {{ p.backend_class }}::setSequenceNumberForGroup() {
+  // Every rank's count starts at 0 when the group is created: nothing to agree on.
+}
+
+uint64_t {{ p.backend_class }}::getSequenceNumberForGroup() {
+  return collectives_.load();
 }
 
 void {{ p.backend_class }}::abort() {
@@ -799,6 +811,7 @@ void {{ p.backend_class }}::abort() {
 }
 
 c10::intrusive_ptr<c10d::Work> {{ p.backend_class }}::enqueue(
+    WorkQueue& queue,
     c10d::OpType type,
     const char* op,
     std::chrono::milliseconds timeout,
@@ -808,10 +821,14 @@ c10::intrusive_ptr<c10d::Work> {{ p.backend_class }}::enqueue(
   if (timeout == c10d::kUnsetTimeout) {
     timeout = timeout_;
   }
+  if (type != c10d::OpType::SEND && type != c10d::OpType::RECV &&
+      type != c10d::OpType::RECVANYSOURCE) {
+    collectives_.fetch_add(1);
+  }
   std::shared_ptr<CudaOp> cuda = cudaOp(outputs, inputs);
   auto work = c10::make_intrusive<{{ p.work_class }}>(
       group_, type, op, timeout, std::move(outputs), std::move(body), std::move(cuda));
-  queue_.push(work);
+  queue.push(work);
   return work;
 }
 
@@ -870,6 +887,7 @@ c10::intrusive_ptr<c10d::Work> {{ p.backend_class }}::{{ op.name }}(
   {{ op.checks | indent(2) }}
 {%- endif %}
   return enqueue(
+      {{ "receives_" if op.on_receive_queue else "queue_" }},
 {%- if op.op_type_renamed %}
 #if {{ p.macro }}_TORCH_2_14
       c10d::OpType::{{ op.op_type_renamed.name }},

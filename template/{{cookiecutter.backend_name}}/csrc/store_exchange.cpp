@@ -92,17 +92,28 @@ StoreExchange::StoreExchange(c10::intrusive_ptr<c10d::Store> store) : store_(std
 
 StoreExchange::~StoreExchange() = default;
 
-c10d::Store& StoreExchange::traffic() {
-  if (!traffic_) {
+c10d::Store& StoreExchange::connection(Channel& channel) {
+  if (!channel.store) {
     // A connection of our own: a TCPStore client serves one request at a
-    // time, and an exchange may block in wait() for a long time.
+    // time, and an exchange may block in wait() for a long time. (A store
+    // that cannot clone itself is shared, and a waiting receive then holds
+    // up the worker thread's exchanges until its data arrives.)
+    std::lock_guard<std::mutex> lock(connectMutex_);
     try {
-      traffic_ = store_->clone();
+      channel.store = store_->clone();
     } catch (const std::exception&) {
-      traffic_ = store_;
+      channel.store = store_;
     }
   }
-  return *traffic_;
+  return *channel.store;
+}
+
+c10d::Store& StoreExchange::traffic() {
+  return connection(ops_);
+}
+
+c10d::Store& StoreExchange::receiving() {
+  return connection(receives_);
 }
 
 std::string StoreExchange::collectiveKey(const OpContext& ctx, const std::string& name) {
@@ -125,37 +136,46 @@ void StoreExchange::await(
     const OpContext& ctx,
     const std::vector<std::string>& keys,
     const std::vector<int>& fromRanks) {
+  await(ctx, ops_, keys, fromRanks);
+}
+
+void StoreExchange::await(
+    const OpContext& ctx,
+    Channel& channel,
+    const std::vector<std::string>& keys,
+    const std::vector<int>& fromRanks) {
+  c10d::Store& store = connection(channel);
   {
     std::lock_guard<std::mutex> lock(waitingMutex_);
     TORCH_CHECK(!aborted_, "the process group was destroyed");
-    waiting_ = keys;
+    channel.waiting = keys;
   }
   const auto remaining =
       std::chrono::duration_cast<std::chrono::milliseconds>(ctx.deadline - Clock::now());
   bool timedOut = remaining.count() <= 0;
   if (!timedOut) {
     try {
-      traffic().wait(keys, remaining);
+      store.wait(keys, remaining);
     } catch (const c10::DistStoreError&) {
       timedOut = true;
     }
   }
   {
     std::lock_guard<std::mutex> lock(waitingMutex_);
-    waiting_.clear();
+    channel.waiting.clear();
     TORCH_CHECK(!aborted_, "the process group was destroyed");
   }
   if (timedOut) {
     std::vector<int> missing;
     for (size_t i = 0; i < keys.size(); ++i) {
-      if (!traffic().check({keys[i]})) {
+      if (!store.check({keys[i]})) {
         missing.push_back(fromRanks[i]);
       }
     }
     TORCH_CHECK(
         false,
-        "timed out after ", ctx.timeout.count(), " ms waiting for rank(s) ", ranksText(missing),
-        " (a rank that never calls ", ctx.op, ", or that died, blocks the others)");
+        "nothing from rank(s) ", ranksText(missing), " within the op's ", ctx.timeout.count(),
+        " ms timeout (a rank that never calls ", ctx.op, ", or that died, blocks the others)");
   }
 }
 
@@ -364,9 +384,9 @@ void StoreExchange::recv(const OpContext& ctx, at::Tensor& tensor, int src, int 
   const int me = ctx.group.rank;
   uint64_t& n = received_[{src, me, tag}];
   const std::string key = p2pKey(src, me, tag, n);
-  await(ctx, {key}, {src});
-  Blob blob = traffic().get(key);
-  traffic().deleteKey(key);
+  await(ctx, receives_, {key}, {src});
+  Blob blob = receiving().get(key);
+  receiving().deleteKey(key);
   ++n;
   tensor.copy_(decode(std::move(blob), tensor, tensor.numel(), src).view(tensor.sizes()));
 }
@@ -378,7 +398,7 @@ int StoreExchange::recvAnysource(const OpContext& ctx, at::Tensor& tensor, int t
   auto pause = std::chrono::microseconds(50);
   for (;;) {
     for (int src = 0; src < ctx.group.size; ++src) {
-      if (src != me && traffic().check({p2pKey(src, me, tag, received_[{src, me, tag}])})) {
+      if (src != me && receiving().check({p2pKey(src, me, tag, received_[{src, me, tag}])})) {
         recv(ctx, tensor, src, tag);
         return src;
       }
@@ -386,7 +406,8 @@ int StoreExchange::recvAnysource(const OpContext& ctx, at::Tensor& tensor, int t
     TORCH_CHECK(!ctx.group.aborted.load(), "the process group was destroyed");
     TORCH_CHECK(
         Clock::now() < ctx.deadline,
-        "timed out after ", ctx.timeout.count(), " ms: no rank sent a message with tag ", tag);
+        "no rank sent a message with tag ", tag, " within the op's ", ctx.timeout.count(),
+        " ms timeout (is a matching send missing?)");
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(5000));
   }
@@ -395,13 +416,15 @@ int StoreExchange::recvAnysource(const OpContext& ctx, at::Tensor& tensor, int t
 void StoreExchange::abort() {
   std::lock_guard<std::mutex> lock(waitingMutex_);
   aborted_ = true;
-  // Complete the keys the worker waits for, so that its wait() returns now.
+  // Complete the keys the threads wait for, so that their wait() returns now.
   // compareSet with an empty expected value only sets keys that do not exist.
-  for (const std::string& key : waiting_) {
-    try {
-      store_->compareSet(key, {}, abortBlob());
-    } catch (const std::exception&) {
-      // The store is gone as well: the worker's wait fails on its own.
+  for (const Channel* channel : {&ops_, &receives_}) {
+    for (const std::string& key : channel->waiting) {
+      try {
+        store_->compareSet(key, {}, abortBlob());
+      } catch (const std::exception&) {
+        // The store is gone as well: the thread's wait fails on its own.
+      }
     }
   }
 }

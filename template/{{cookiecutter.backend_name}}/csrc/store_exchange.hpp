@@ -70,6 +70,8 @@ class StoreExchange {
   void barrier(const OpContext& ctx);
 
   // Point-to-point, matched by (source, destination, tag) in call order.
+  // The receives run on the backend's receive thread, alongside the other
+  // calls (which run on its worker thread), over a store connection of their own.
   void send(const OpContext& ctx, const at::Tensor& tensor, int dst, int tag);
   void recv(const OpContext& ctx, at::Tensor& tensor, int src, int tag);
   // Receives from whichever rank sent first; returns that rank.
@@ -84,13 +86,25 @@ class StoreExchange {
   void beginExchange(const OpContext& ctx);
   std::string collectiveKey(const OpContext& ctx, const std::string& name);
   std::string p2pKey(int src, int dst, int tag, uint64_t n) const;
-  c10d::Store& traffic();
+  // A connection to the store of one thread, and the keys that thread is
+  // blocked on: a store client serves one request at a time, and an exchange
+  // may block in wait() for a long time.
+  struct Channel {
+    c10::intrusive_ptr<c10d::Store> store;  // opened on first use
+    std::vector<std::string> waiting;       // guarded by waitingMutex_
+  };
+  c10d::Store& connection(Channel& channel);
+  c10d::Store& traffic();    // the worker thread's connection
+  c10d::Store& receiving();  // the receive thread's connection
   void put(const std::string& key, const at::Tensor& tensor);
   void await(const OpContext& ctx, const std::vector<std::string>& keys, const std::vector<int>& fromRanks);
+  void await(const OpContext& ctx, Channel& channel, const std::vector<std::string>& keys, const std::vector<int>& fromRanks);
   void dropWhenAllRead(const std::string& counter, int64_t readers, const std::vector<std::string>& keys);
 
-  c10::intrusive_ptr<c10d::Store> store_;    // the backend's store, for abort()
-  c10::intrusive_ptr<c10d::Store> traffic_;  // a connection of our own, for the ops
+  c10::intrusive_ptr<c10d::Store> store_;  // the backend's store, for abort()
+  Channel ops_;                            // the worker thread's
+  Channel receives_;                       // the receive thread's
+  std::mutex connectMutex_;
 
   // The collective being run and the exchange within it: all ranks run the
   // same collectives in the same order, so they agree on both.
@@ -103,7 +117,6 @@ class StoreExchange {
   std::map<std::tuple<int, int, int>, uint64_t> received_;
 
   std::mutex waitingMutex_;
-  std::vector<std::string> waiting_;  // keys the worker is blocked on
   bool aborted_ = false;
 };
 

@@ -519,7 +519,9 @@ void WorkAllops::run() {
   if (group_->aborted.load()) {
     error = backendError(describe() + ": cancelled, the process group was destroyed before it ran");
   } else if (Clock::now() > deadline_) {
-    error = backendError(describe() + ": timed out after " + std::to_string(timeout_.count()) + " ms before it could start");
+    error = backendError(
+        describe() + ": could not start within its " + std::to_string(timeout_.count()) +
+        " ms timeout (the ops queued before it took that long)");
   } else {
     try {
 #ifdef WITH_CUDA
@@ -599,8 +601,9 @@ bool WorkAllops::wait(std::chrono::milliseconds timeout) {
       lock.unlock();
       const auto limit = useOwn ? timeout_ : timeout;
       const std::exception_ptr error = backendError(
-          describe() + " timed out after " + std::to_string(limit.count()) +
-          " ms (the op has not completed; a peer may have failed or not called it)");
+          describe() + " did not complete within " + (useOwn ? "its " : "the ") +
+          std::to_string(limit.count()) + " ms timeout (a peer may have failed, or not called " +
+          op_ + ")");
       if (!useOwn) {
         std::rethrow_exception(error);
       }
@@ -683,6 +686,15 @@ const std::string BackendAllops::getBackendName() const {
 void BackendAllops::shutdown() {
   group_->aborted.store(true);
   queue_.stop();
+  receives_.stop();
+}
+
+void BackendAllops::setSequenceNumberForGroup() {
+  // Every rank's count starts at 0 when the group is created: nothing to agree on.
+}
+
+uint64_t BackendAllops::getSequenceNumberForGroup() {
+  return collectives_.load();
 }
 
 void BackendAllops::abort() {
@@ -690,6 +702,7 @@ void BackendAllops::abort() {
 }
 
 c10::intrusive_ptr<c10d::Work> BackendAllops::enqueue(
+    WorkQueue& queue,
     c10d::OpType type,
     const char* op,
     std::chrono::milliseconds timeout,
@@ -699,10 +712,14 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::enqueue(
   if (timeout == c10d::kUnsetTimeout) {
     timeout = timeout_;
   }
+  if (type != c10d::OpType::SEND && type != c10d::OpType::RECV &&
+      type != c10d::OpType::RECVANYSOURCE) {
+    collectives_.fetch_add(1);
+  }
   std::shared_ptr<CudaOp> cuda = cudaOp(outputs, inputs);
   auto work = c10::make_intrusive<WorkAllops>(
       group_, type, op, timeout, std::move(outputs), std::move(body), std::move(cuda));
-  queue_.push(work);
+  queue.push(work);
   return work;
 }
 
@@ -750,6 +767,7 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::broadcast(
   at::Tensor& tensor = check.one(tensors, "tensors");
   const int root = check.root(opts.rootRank, opts.rootTensor);
   return enqueue(
+      queue_,
       c10d::OpType::BROADCAST,
       "broadcast",
       opts.timeout,
@@ -768,6 +786,7 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::allreduce(
   at::Tensor& tensor = check.one(tensors, "tensors");
   const Reduction op = check.reduction(opts.reduceOp, tensor);
   return enqueue(
+      queue_,
       c10d::OpType::ALLREDUCE,
       "allreduce",
       opts.timeout,
@@ -786,6 +805,7 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::allreduce_coalesced(
   check.many(tensors, "tensors");
   const Reduction op = check.reduction(opts.reduceOp, tensors.front());
   return enqueue(
+      queue_,
       c10d::OpType::ALLREDUCE_COALESCED,
       "allreduce_coalesced",
       opts.timeout,
@@ -805,6 +825,7 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::reduce(
   const int root = check.root(opts.rootRank, opts.rootTensor);
   const Reduction op = check.reduction(opts.reduceOp, tensor);
   return enqueue(
+      queue_,
       c10d::OpType::REDUCE,
       "reduce",
       opts.timeout,
@@ -825,6 +846,7 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::allgather(
   std::vector<at::Tensor>& outputs = check.oneList(outputTensors, "outputTensors");
   check.perRank(outputs, input, "outputTensors[0]");
   return enqueue(
+      queue_,
       c10d::OpType::ALLGATHER,
       "allgather",
       opts.timeout,
@@ -848,6 +870,7 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::_allgather_base(
   check.tensor(inputBuffer, "inputBuffer");
   check.scaled(outputBuffer, inputBuffer, check.size(), "outputBuffer");
   return enqueue(
+      queue_,
       c10d::OpType::_ALLGATHER_BASE,
       "_allgather_base",
       opts.timeout,
@@ -867,6 +890,7 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::allgather_coalesced(
   check.many(inputTensors, "inputTensors");
   check.coalescedPerRank(outputTensorLists, inputTensors, "outputTensorLists");
   return enqueue(
+      queue_,
       c10d::OpType::ALLGATHER_COALESCED,
       "allgather_coalesced",
       opts.timeout,
@@ -890,6 +914,7 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::allgather_into_tensor_coalesced(
   check.many(inputs, "inputs");
   check.scaledPairs(outputs, inputs, check.size(), "outputs");
   return enqueue(
+      queue_,
 #if ALLOPS_TORCH_2_14
       c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED,
 #else
@@ -914,6 +939,7 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::gather(
   const at::Tensor& input = check.one(inputTensors, "inputTensors");
   std::vector<at::Tensor> outputs = check.rootList(outputTensors, root, input, "outputTensors");
   return enqueue(
+      queue_,
       c10d::OpType::GATHER,
       "gather",
       opts.timeout,
@@ -935,6 +961,7 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::gather_single(
   check.tensor(inputBuffer, "inputBuffer");
   check.scaledOnRoot(outputBuffer, inputBuffer, root, "outputBuffer");
   return enqueue(
+      queue_,
       c10d::OpType::GATHER,
       "gather_single",
       opts.timeout,
@@ -956,6 +983,7 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::scatter(
   at::Tensor& output = check.one(outputTensors, "outputTensors");
   const std::vector<at::Tensor> inputs = check.rootList(inputTensors, root, output, "inputTensors");
   return enqueue(
+      queue_,
       c10d::OpType::SCATTER,
       "scatter",
       opts.timeout,
@@ -977,6 +1005,7 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::reduce_scatter(
   check.perRank(inputs, output, "inputTensors[0]");
   const Reduction op = check.reduction(opts.reduceOp, output);
   return enqueue(
+      queue_,
       c10d::OpType::REDUCE_SCATTER,
       "reduce_scatter",
       opts.timeout,
@@ -1001,6 +1030,7 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::_reduce_scatter_base(
   check.scaled(inputBuffer, outputBuffer, check.size(), "inputBuffer");
   const Reduction op = check.reduction(opts.reduceOp, outputBuffer);
   return enqueue(
+      queue_,
       c10d::OpType::_REDUCE_SCATTER_BASE,
       "_reduce_scatter_base",
       opts.timeout,
@@ -1025,6 +1055,7 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::reduce_scatter_tensor_coalesced(
   check.scaledPairs(inputs, outputs, check.size(), "inputs");
   const Reduction op = check.reduction(opts.reduceOp, outputs.front());
   return enqueue(
+      queue_,
       c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED,
       "reduce_scatter_tensor_coalesced",
       opts.timeout,
@@ -1053,6 +1084,7 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::alltoall_base(
   const std::vector<int64_t> outputSplits = check.splits(outputSplitSizes, outputBuffer, "outputSplitSizes");
   const std::vector<int64_t> inputSplits = check.splits(inputSplitSizes, inputBuffer, "inputSplitSizes");
   return enqueue(
+      queue_,
       c10d::OpType::ALLTOALL_BASE,
       "alltoall_base",
       opts.timeout,
@@ -1073,6 +1105,7 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::alltoall(
   check.perRankAnyShape(outputTensors, "outputTensors");
   check.sameDtype(outputTensors.front(), inputTensors.front(), "outputTensors");
   return enqueue(
+      queue_,
       c10d::OpType::ALLTOALL,
       "alltoall",
       opts.timeout,
@@ -1092,6 +1125,7 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::send(
   const at::Tensor& tensor = check.one(tensors, "tensors");
   const int dst = check.peer(dstRank, "dstRank");
   return enqueue(
+      queue_,
       c10d::OpType::SEND,
       "send",
       c10d::kUnsetTimeout,
@@ -1111,6 +1145,7 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::recv(
   at::Tensor& tensor = check.one(tensors, "tensors");
   const int src = check.peer(srcRank, "srcRank");
   return enqueue(
+      receives_,
       c10d::OpType::RECV,
       "recv",
       c10d::kUnsetTimeout,
@@ -1128,6 +1163,7 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::recvAnysource(
   const Check check(*group_, "recvAnysource");
   at::Tensor& tensor = check.one(tensors, "tensors");
   return enqueue(
+      receives_,
       c10d::OpType::RECVANYSOURCE,
       "recvAnysource",
       c10d::kUnsetTimeout,
@@ -1142,6 +1178,7 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::recvAnysource(
 c10::intrusive_ptr<c10d::Work> BackendAllops::barrier(
     const c10d::BarrierOptions& opts) {
   return enqueue(
+      queue_,
       c10d::OpType::BARRIER,
       "barrier",
       opts.timeout,

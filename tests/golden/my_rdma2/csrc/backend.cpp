@@ -512,7 +512,9 @@ void WorkMyRdma2::run() {
   if (group_->aborted.load()) {
     error = backendError(describe() + ": cancelled, the process group was destroyed before it ran");
   } else if (Clock::now() > deadline_) {
-    error = backendError(describe() + ": timed out after " + std::to_string(timeout_.count()) + " ms before it could start");
+    error = backendError(
+        describe() + ": could not start within its " + std::to_string(timeout_.count()) +
+        " ms timeout (the ops queued before it took that long)");
   } else {
     try {
 #ifdef WITH_CUDA
@@ -592,8 +594,9 @@ bool WorkMyRdma2::wait(std::chrono::milliseconds timeout) {
       lock.unlock();
       const auto limit = useOwn ? timeout_ : timeout;
       const std::exception_ptr error = backendError(
-          describe() + " timed out after " + std::to_string(limit.count()) +
-          " ms (the op has not completed; a peer may have failed or not called it)");
+          describe() + " did not complete within " + (useOwn ? "its " : "the ") +
+          std::to_string(limit.count()) + " ms timeout (a peer may have failed, or not called " +
+          op_ + ")");
       if (!useOwn) {
         std::rethrow_exception(error);
       }
@@ -676,6 +679,15 @@ const std::string BackendMyRdma2::getBackendName() const {
 void BackendMyRdma2::shutdown() {
   group_->aborted.store(true);
   queue_.stop();
+  receives_.stop();
+}
+
+void BackendMyRdma2::setSequenceNumberForGroup() {
+  // Every rank's count starts at 0 when the group is created: nothing to agree on.
+}
+
+uint64_t BackendMyRdma2::getSequenceNumberForGroup() {
+  return collectives_.load();
 }
 
 void BackendMyRdma2::abort() {
@@ -683,6 +695,7 @@ void BackendMyRdma2::abort() {
 }
 
 c10::intrusive_ptr<c10d::Work> BackendMyRdma2::enqueue(
+    WorkQueue& queue,
     c10d::OpType type,
     const char* op,
     std::chrono::milliseconds timeout,
@@ -692,10 +705,14 @@ c10::intrusive_ptr<c10d::Work> BackendMyRdma2::enqueue(
   if (timeout == c10d::kUnsetTimeout) {
     timeout = timeout_;
   }
+  if (type != c10d::OpType::SEND && type != c10d::OpType::RECV &&
+      type != c10d::OpType::RECVANYSOURCE) {
+    collectives_.fetch_add(1);
+  }
   std::shared_ptr<CudaOp> cuda = cudaOp(outputs, inputs);
   auto work = c10::make_intrusive<WorkMyRdma2>(
       group_, type, op, timeout, std::move(outputs), std::move(body), std::move(cuda));
-  queue_.push(work);
+  queue.push(work);
   return work;
 }
 
@@ -749,6 +766,7 @@ c10::intrusive_ptr<c10d::Work> BackendMyRdma2::_reduce_scatter_base(
   check.scaled(inputBuffer, outputBuffer, check.size(), "inputBuffer");
   const Reduction op = check.reduction(opts.reduceOp, outputBuffer);
   return enqueue(
+      queue_,
       c10d::OpType::_REDUCE_SCATTER_BASE,
       "_reduce_scatter_base",
       opts.timeout,
@@ -777,6 +795,7 @@ c10::intrusive_ptr<c10d::Work> BackendMyRdma2::alltoall_base(
   const std::vector<int64_t> outputSplits = check.splits(outputSplitSizes, outputBuffer, "outputSplitSizes");
   const std::vector<int64_t> inputSplits = check.splits(inputSplitSizes, inputBuffer, "inputSplitSizes");
   return enqueue(
+      queue_,
       c10d::OpType::ALLTOALL_BASE,
       "alltoall_base",
       opts.timeout,
@@ -796,6 +815,7 @@ c10::intrusive_ptr<c10d::Work> BackendMyRdma2::send(
   const at::Tensor& tensor = check.one(tensors, "tensors");
   const int dst = check.peer(dstRank, "dstRank");
   return enqueue(
+      queue_,
       c10d::OpType::SEND,
       "send",
       c10d::kUnsetTimeout,
@@ -815,6 +835,7 @@ c10::intrusive_ptr<c10d::Work> BackendMyRdma2::recv(
   at::Tensor& tensor = check.one(tensors, "tensors");
   const int src = check.peer(srcRank, "srcRank");
   return enqueue(
+      receives_,
       c10d::OpType::RECV,
       "recv",
       c10d::kUnsetTimeout,
@@ -832,6 +853,7 @@ c10::intrusive_ptr<c10d::Work> BackendMyRdma2::recvAnysource(
   const Check check(*group_, "recvAnysource");
   at::Tensor& tensor = check.one(tensors, "tensors");
   return enqueue(
+      receives_,
       c10d::OpType::RECVANYSOURCE,
       "recvAnysource",
       c10d::kUnsetTimeout,
@@ -846,6 +868,7 @@ c10::intrusive_ptr<c10d::Work> BackendMyRdma2::recvAnysource(
 c10::intrusive_ptr<c10d::Work> BackendMyRdma2::barrier(
     const c10d::BarrierOptions& opts) {
   return enqueue(
+      queue_,
       c10d::OpType::BARRIER,
       "barrier",
       opts.timeout,

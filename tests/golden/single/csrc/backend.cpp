@@ -519,7 +519,9 @@ void WorkSingle::run() {
   if (group_->aborted.load()) {
     error = backendError(describe() + ": cancelled, the process group was destroyed before it ran");
   } else if (Clock::now() > deadline_) {
-    error = backendError(describe() + ": timed out after " + std::to_string(timeout_.count()) + " ms before it could start");
+    error = backendError(
+        describe() + ": could not start within its " + std::to_string(timeout_.count()) +
+        " ms timeout (the ops queued before it took that long)");
   } else {
     try {
 #ifdef WITH_CUDA
@@ -599,8 +601,9 @@ bool WorkSingle::wait(std::chrono::milliseconds timeout) {
       lock.unlock();
       const auto limit = useOwn ? timeout_ : timeout;
       const std::exception_ptr error = backendError(
-          describe() + " timed out after " + std::to_string(limit.count()) +
-          " ms (the op has not completed; a peer may have failed or not called it)");
+          describe() + " did not complete within " + (useOwn ? "its " : "the ") +
+          std::to_string(limit.count()) + " ms timeout (a peer may have failed, or not called " +
+          op_ + ")");
       if (!useOwn) {
         std::rethrow_exception(error);
       }
@@ -683,6 +686,15 @@ const std::string BackendSingle::getBackendName() const {
 void BackendSingle::shutdown() {
   group_->aborted.store(true);
   queue_.stop();
+  receives_.stop();
+}
+
+void BackendSingle::setSequenceNumberForGroup() {
+  // Every rank's count starts at 0 when the group is created: nothing to agree on.
+}
+
+uint64_t BackendSingle::getSequenceNumberForGroup() {
+  return collectives_.load();
 }
 
 void BackendSingle::abort() {
@@ -690,6 +702,7 @@ void BackendSingle::abort() {
 }
 
 c10::intrusive_ptr<c10d::Work> BackendSingle::enqueue(
+    WorkQueue& queue,
     c10d::OpType type,
     const char* op,
     std::chrono::milliseconds timeout,
@@ -699,10 +712,14 @@ c10::intrusive_ptr<c10d::Work> BackendSingle::enqueue(
   if (timeout == c10d::kUnsetTimeout) {
     timeout = timeout_;
   }
+  if (type != c10d::OpType::SEND && type != c10d::OpType::RECV &&
+      type != c10d::OpType::RECVANYSOURCE) {
+    collectives_.fetch_add(1);
+  }
   std::shared_ptr<CudaOp> cuda = cudaOp(outputs, inputs);
   auto work = c10::make_intrusive<WorkSingle>(
       group_, type, op, timeout, std::move(outputs), std::move(body), std::move(cuda));
-  queue_.push(work);
+  queue.push(work);
   return work;
 }
 
@@ -750,6 +767,7 @@ c10::intrusive_ptr<c10d::Work> BackendSingle::allreduce(
   at::Tensor& tensor = check.one(tensors, "tensors");
   const Reduction op = check.reduction(opts.reduceOp, tensor);
   return enqueue(
+      queue_,
       c10d::OpType::ALLREDUCE,
       "allreduce",
       opts.timeout,

@@ -519,7 +519,9 @@ void WorkStoreAll::run() {
   if (group_->aborted.load()) {
     error = backendError(describe() + ": cancelled, the process group was destroyed before it ran");
   } else if (Clock::now() > deadline_) {
-    error = backendError(describe() + ": timed out after " + std::to_string(timeout_.count()) + " ms before it could start");
+    error = backendError(
+        describe() + ": could not start within its " + std::to_string(timeout_.count()) +
+        " ms timeout (the ops queued before it took that long)");
   } else {
     try {
 #ifdef WITH_CUDA
@@ -599,8 +601,9 @@ bool WorkStoreAll::wait(std::chrono::milliseconds timeout) {
       lock.unlock();
       const auto limit = useOwn ? timeout_ : timeout;
       const std::exception_ptr error = backendError(
-          describe() + " timed out after " + std::to_string(limit.count()) +
-          " ms (the op has not completed; a peer may have failed or not called it)");
+          describe() + " did not complete within " + (useOwn ? "its " : "the ") +
+          std::to_string(limit.count()) + " ms timeout (a peer may have failed, or not called " +
+          op_ + ")");
       if (!useOwn) {
         std::rethrow_exception(error);
       }
@@ -686,6 +689,15 @@ void BackendStoreAll::shutdown() {
   group_->aborted.store(true);
   group_->exchange->abort();  // wakes an op blocked on the store
   queue_.stop();
+  receives_.stop();
+}
+
+void BackendStoreAll::setSequenceNumberForGroup() {
+  // Every rank's count starts at 0 when the group is created: nothing to agree on.
+}
+
+uint64_t BackendStoreAll::getSequenceNumberForGroup() {
+  return collectives_.load();
 }
 
 void BackendStoreAll::abort() {
@@ -693,6 +705,7 @@ void BackendStoreAll::abort() {
 }
 
 c10::intrusive_ptr<c10d::Work> BackendStoreAll::enqueue(
+    WorkQueue& queue,
     c10d::OpType type,
     const char* op,
     std::chrono::milliseconds timeout,
@@ -702,10 +715,14 @@ c10::intrusive_ptr<c10d::Work> BackendStoreAll::enqueue(
   if (timeout == c10d::kUnsetTimeout) {
     timeout = timeout_;
   }
+  if (type != c10d::OpType::SEND && type != c10d::OpType::RECV &&
+      type != c10d::OpType::RECVANYSOURCE) {
+    collectives_.fetch_add(1);
+  }
   std::shared_ptr<CudaOp> cuda = cudaOp(outputs, inputs);
   auto work = c10::make_intrusive<WorkStoreAll>(
       group_, type, op, timeout, std::move(outputs), std::move(body), std::move(cuda));
-  queue_.push(work);
+  queue.push(work);
   return work;
 }
 
@@ -753,6 +770,7 @@ c10::intrusive_ptr<c10d::Work> BackendStoreAll::broadcast(
   at::Tensor& tensor = check.one(tensors, "tensors");
   const int root = check.root(opts.rootRank, opts.rootTensor);
   return enqueue(
+      queue_,
       c10d::OpType::BROADCAST,
       "broadcast",
       opts.timeout,
@@ -771,6 +789,7 @@ c10::intrusive_ptr<c10d::Work> BackendStoreAll::allreduce(
   at::Tensor& tensor = check.one(tensors, "tensors");
   const Reduction op = check.reduction(opts.reduceOp, tensor);
   return enqueue(
+      queue_,
       c10d::OpType::ALLREDUCE,
       "allreduce",
       opts.timeout,
@@ -789,6 +808,7 @@ c10::intrusive_ptr<c10d::Work> BackendStoreAll::allreduce_coalesced(
   check.many(tensors, "tensors");
   const Reduction op = check.reduction(opts.reduceOp, tensors.front());
   return enqueue(
+      queue_,
       c10d::OpType::ALLREDUCE_COALESCED,
       "allreduce_coalesced",
       opts.timeout,
@@ -808,6 +828,7 @@ c10::intrusive_ptr<c10d::Work> BackendStoreAll::reduce(
   const int root = check.root(opts.rootRank, opts.rootTensor);
   const Reduction op = check.reduction(opts.reduceOp, tensor);
   return enqueue(
+      queue_,
       c10d::OpType::REDUCE,
       "reduce",
       opts.timeout,
@@ -828,6 +849,7 @@ c10::intrusive_ptr<c10d::Work> BackendStoreAll::allgather(
   std::vector<at::Tensor>& outputs = check.oneList(outputTensors, "outputTensors");
   check.perRank(outputs, input, "outputTensors[0]");
   return enqueue(
+      queue_,
       c10d::OpType::ALLGATHER,
       "allgather",
       opts.timeout,
@@ -851,6 +873,7 @@ c10::intrusive_ptr<c10d::Work> BackendStoreAll::_allgather_base(
   check.tensor(inputBuffer, "inputBuffer");
   check.scaled(outputBuffer, inputBuffer, check.size(), "outputBuffer");
   return enqueue(
+      queue_,
       c10d::OpType::_ALLGATHER_BASE,
       "_allgather_base",
       opts.timeout,
@@ -870,6 +893,7 @@ c10::intrusive_ptr<c10d::Work> BackendStoreAll::allgather_coalesced(
   check.many(inputTensors, "inputTensors");
   check.coalescedPerRank(outputTensorLists, inputTensors, "outputTensorLists");
   return enqueue(
+      queue_,
       c10d::OpType::ALLGATHER_COALESCED,
       "allgather_coalesced",
       opts.timeout,
@@ -893,6 +917,7 @@ c10::intrusive_ptr<c10d::Work> BackendStoreAll::allgather_into_tensor_coalesced(
   check.many(inputs, "inputs");
   check.scaledPairs(outputs, inputs, check.size(), "outputs");
   return enqueue(
+      queue_,
 #if STORE_ALL_TORCH_2_14
       c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED,
 #else
@@ -917,6 +942,7 @@ c10::intrusive_ptr<c10d::Work> BackendStoreAll::gather(
   const at::Tensor& input = check.one(inputTensors, "inputTensors");
   std::vector<at::Tensor> outputs = check.rootList(outputTensors, root, input, "outputTensors");
   return enqueue(
+      queue_,
       c10d::OpType::GATHER,
       "gather",
       opts.timeout,
@@ -938,6 +964,7 @@ c10::intrusive_ptr<c10d::Work> BackendStoreAll::gather_single(
   check.tensor(inputBuffer, "inputBuffer");
   check.scaledOnRoot(outputBuffer, inputBuffer, root, "outputBuffer");
   return enqueue(
+      queue_,
       c10d::OpType::GATHER,
       "gather_single",
       opts.timeout,
@@ -959,6 +986,7 @@ c10::intrusive_ptr<c10d::Work> BackendStoreAll::scatter(
   at::Tensor& output = check.one(outputTensors, "outputTensors");
   const std::vector<at::Tensor> inputs = check.rootList(inputTensors, root, output, "inputTensors");
   return enqueue(
+      queue_,
       c10d::OpType::SCATTER,
       "scatter",
       opts.timeout,
@@ -980,6 +1008,7 @@ c10::intrusive_ptr<c10d::Work> BackendStoreAll::reduce_scatter(
   check.perRank(inputs, output, "inputTensors[0]");
   const Reduction op = check.reduction(opts.reduceOp, output);
   return enqueue(
+      queue_,
       c10d::OpType::REDUCE_SCATTER,
       "reduce_scatter",
       opts.timeout,
@@ -1004,6 +1033,7 @@ c10::intrusive_ptr<c10d::Work> BackendStoreAll::_reduce_scatter_base(
   check.scaled(inputBuffer, outputBuffer, check.size(), "inputBuffer");
   const Reduction op = check.reduction(opts.reduceOp, outputBuffer);
   return enqueue(
+      queue_,
       c10d::OpType::_REDUCE_SCATTER_BASE,
       "_reduce_scatter_base",
       opts.timeout,
@@ -1028,6 +1058,7 @@ c10::intrusive_ptr<c10d::Work> BackendStoreAll::reduce_scatter_tensor_coalesced(
   check.scaledPairs(inputs, outputs, check.size(), "inputs");
   const Reduction op = check.reduction(opts.reduceOp, outputs.front());
   return enqueue(
+      queue_,
       c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED,
       "reduce_scatter_tensor_coalesced",
       opts.timeout,
@@ -1056,6 +1087,7 @@ c10::intrusive_ptr<c10d::Work> BackendStoreAll::alltoall_base(
   const std::vector<int64_t> outputSplits = check.splits(outputSplitSizes, outputBuffer, "outputSplitSizes");
   const std::vector<int64_t> inputSplits = check.splits(inputSplitSizes, inputBuffer, "inputSplitSizes");
   return enqueue(
+      queue_,
       c10d::OpType::ALLTOALL_BASE,
       "alltoall_base",
       opts.timeout,
@@ -1076,6 +1108,7 @@ c10::intrusive_ptr<c10d::Work> BackendStoreAll::alltoall(
   check.perRankAnyShape(outputTensors, "outputTensors");
   check.sameDtype(outputTensors.front(), inputTensors.front(), "outputTensors");
   return enqueue(
+      queue_,
       c10d::OpType::ALLTOALL,
       "alltoall",
       opts.timeout,
@@ -1095,6 +1128,7 @@ c10::intrusive_ptr<c10d::Work> BackendStoreAll::send(
   const at::Tensor& tensor = check.one(tensors, "tensors");
   const int dst = check.peer(dstRank, "dstRank");
   return enqueue(
+      queue_,
       c10d::OpType::SEND,
       "send",
       c10d::kUnsetTimeout,
@@ -1114,6 +1148,7 @@ c10::intrusive_ptr<c10d::Work> BackendStoreAll::recv(
   at::Tensor& tensor = check.one(tensors, "tensors");
   const int src = check.peer(srcRank, "srcRank");
   return enqueue(
+      receives_,
       c10d::OpType::RECV,
       "recv",
       c10d::kUnsetTimeout,
@@ -1131,6 +1166,7 @@ c10::intrusive_ptr<c10d::Work> BackendStoreAll::recvAnysource(
   const Check check(*group_, "recvAnysource");
   at::Tensor& tensor = check.one(tensors, "tensors");
   return enqueue(
+      receives_,
       c10d::OpType::RECVANYSOURCE,
       "recvAnysource",
       c10d::kUnsetTimeout,
@@ -1145,6 +1181,7 @@ c10::intrusive_ptr<c10d::Work> BackendStoreAll::recvAnysource(
 c10::intrusive_ptr<c10d::Work> BackendStoreAll::barrier(
     const c10d::BarrierOptions& opts) {
   return enqueue(
+      queue_,
       c10d::OpType::BARRIER,
       "barrier",
       opts.timeout,
