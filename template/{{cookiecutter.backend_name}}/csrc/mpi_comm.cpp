@@ -326,7 +326,6 @@ void finish(MpiOp::State& state) {
 // One poll of an op in flight: true once it completed; throws when it
 // failed, timed out or its group was destroyed (and then gives up on it).
 bool poll(const std::shared_ptr<MpiOp::State>& state, const OpContext& ctx) {
-  const char* what = state->hasCollective() ? "collective" : "message";
   try {
     if (testAll(*state)) {
       finish(*state);
@@ -343,10 +342,14 @@ bool poll(const std::shared_ptr<MpiOp::State>& state, const OpContext& ctx) {
   if (Clock::now() > ctx.deadline) {
     abandon(state, std::string(ctx.op) + " #" + std::to_string(ctx.seq) + " timed out");
     TORCH_CHECK(
+        !state->hasCollective(),
+        "the other ranks did not all join within the op's ", ctx.timeout.count(),
+        " ms timeout (a rank that never calls ", ctx.op, ", or that died, blocks the others)");
+    TORCH_CHECK(
         false,
-        "timed out after ", ctx.timeout.count(), " ms waiting for the other ranks (the ",
-        what, " never completed: a rank that never calls ", ctx.op,
-        ", or that died, blocks the others)");
+        "the message did not complete within the op's ", ctx.timeout.count(),
+        " ms timeout (is a matching ", ctx.op == std::string("send") ? "receive" : "send",
+        " missing, or did the peer die?)");
   }
   return false;
 }

@@ -564,7 +564,9 @@ void WorkMpiAll::run() {
   if (group_->aborted.load()) {
     error = backendError(describe() + ": cancelled, the process group was destroyed before it ran");
   } else if (Clock::now() > deadline_) {
-    error = backendError(describe() + ": timed out after " + std::to_string(timeout_.count()) + " ms before it could start");
+    error = backendError(
+        describe() + ": could not start within its " + std::to_string(timeout_.count()) +
+        " ms timeout (the ops queued before it took that long)");
   } else {
     try {
 #ifdef WITH_CUDA
@@ -673,8 +675,9 @@ bool WorkMpiAll::wait(std::chrono::milliseconds timeout) {
       lock.unlock();
       const auto limit = useOwn ? timeout_ : timeout;
       const std::exception_ptr error = backendError(
-          describe() + " timed out after " + std::to_string(limit.count()) +
-          " ms (the op has not completed; a peer may have failed or not called it)");
+          describe() + " did not complete within " + (useOwn ? "its " : "the ") +
+          std::to_string(limit.count()) + " ms timeout (a peer may have failed, or not called " +
+          op_ + ")");
       if (!useOwn) {
         std::rethrow_exception(error);
       }
@@ -760,6 +763,15 @@ const std::string BackendMpiAll::getBackendName() const {
 void BackendMpiAll::shutdown() {
   group_->aborted.store(true);
   queue_.stop();
+  receives_.stop();
+}
+
+void BackendMpiAll::setSequenceNumberForGroup() {
+  // Every rank's count starts at 0 when the group is created: nothing to agree on.
+}
+
+uint64_t BackendMpiAll::getSequenceNumberForGroup() {
+  return collectives_.load();
 }
 
 void BackendMpiAll::abort() {
@@ -767,6 +779,7 @@ void BackendMpiAll::abort() {
 }
 
 c10::intrusive_ptr<c10d::Work> BackendMpiAll::enqueue(
+    WorkQueue& queue,
     c10d::OpType type,
     const char* op,
     std::chrono::milliseconds timeout,
@@ -776,10 +789,14 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::enqueue(
   if (timeout == c10d::kUnsetTimeout) {
     timeout = timeout_;
   }
+  if (type != c10d::OpType::SEND && type != c10d::OpType::RECV &&
+      type != c10d::OpType::RECVANYSOURCE) {
+    collectives_.fetch_add(1);
+  }
   std::shared_ptr<CudaOp> cuda = cudaOp(outputs, inputs);
   auto work = c10::make_intrusive<WorkMpiAll>(
       group_, type, op, timeout, std::move(outputs), std::move(body), std::move(cuda));
-  queue_.push(work);
+  queue.push(work);
   return work;
 }
 
@@ -827,6 +844,7 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::broadcast(
   at::Tensor& tensor = check.one(tensors, "tensors");
   const int root = check.root(opts.rootRank, opts.rootTensor);
   return enqueue(
+      queue_,
       c10d::OpType::BROADCAST,
       "broadcast",
       opts.timeout,
@@ -845,6 +863,7 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::allreduce(
   at::Tensor& tensor = check.one(tensors, "tensors");
   const Reduction op = check.reduction(opts.reduceOp, tensor);
   return enqueue(
+      queue_,
       c10d::OpType::ALLREDUCE,
       "allreduce",
       opts.timeout,
@@ -863,6 +882,7 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::allreduce_coalesced(
   check.many(tensors, "tensors");
   const Reduction op = check.reduction(opts.reduceOp, tensors.front());
   return enqueue(
+      queue_,
       c10d::OpType::ALLREDUCE_COALESCED,
       "allreduce_coalesced",
       opts.timeout,
@@ -882,6 +902,7 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::reduce(
   const int root = check.root(opts.rootRank, opts.rootTensor);
   const Reduction op = check.reduction(opts.reduceOp, tensor);
   return enqueue(
+      queue_,
       c10d::OpType::REDUCE,
       "reduce",
       opts.timeout,
@@ -902,6 +923,7 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::allgather(
   std::vector<at::Tensor>& outputs = check.oneList(outputTensors, "outputTensors");
   check.perRank(outputs, input, "outputTensors[0]");
   return enqueue(
+      queue_,
       c10d::OpType::ALLGATHER,
       "allgather",
       opts.timeout,
@@ -925,6 +947,7 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::_allgather_base(
   check.tensor(inputBuffer, "inputBuffer");
   check.scaled(outputBuffer, inputBuffer, check.size(), "outputBuffer");
   return enqueue(
+      queue_,
       c10d::OpType::_ALLGATHER_BASE,
       "_allgather_base",
       opts.timeout,
@@ -944,6 +967,7 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::allgather_coalesced(
   check.many(inputTensors, "inputTensors");
   check.coalescedPerRank(outputTensorLists, inputTensors, "outputTensorLists");
   return enqueue(
+      queue_,
       c10d::OpType::ALLGATHER_COALESCED,
       "allgather_coalesced",
       opts.timeout,
@@ -967,6 +991,7 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::allgather_into_tensor_coalesced(
   check.many(inputs, "inputs");
   check.scaledPairs(outputs, inputs, check.size(), "outputs");
   return enqueue(
+      queue_,
 #if MPI_ALL_TORCH_2_14
       c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED,
 #else
@@ -991,6 +1016,7 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::gather(
   const at::Tensor& input = check.one(inputTensors, "inputTensors");
   std::vector<at::Tensor> outputs = check.rootList(outputTensors, root, input, "outputTensors");
   return enqueue(
+      queue_,
       c10d::OpType::GATHER,
       "gather",
       opts.timeout,
@@ -1012,6 +1038,7 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::gather_single(
   check.tensor(inputBuffer, "inputBuffer");
   check.scaledOnRoot(outputBuffer, inputBuffer, root, "outputBuffer");
   return enqueue(
+      queue_,
       c10d::OpType::GATHER,
       "gather_single",
       opts.timeout,
@@ -1033,6 +1060,7 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::scatter(
   at::Tensor& output = check.one(outputTensors, "outputTensors");
   const std::vector<at::Tensor> inputs = check.rootList(inputTensors, root, output, "inputTensors");
   return enqueue(
+      queue_,
       c10d::OpType::SCATTER,
       "scatter",
       opts.timeout,
@@ -1054,6 +1082,7 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::reduce_scatter(
   check.perRank(inputs, output, "inputTensors[0]");
   const Reduction op = check.reduction(opts.reduceOp, output);
   return enqueue(
+      queue_,
       c10d::OpType::REDUCE_SCATTER,
       "reduce_scatter",
       opts.timeout,
@@ -1078,6 +1107,7 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::_reduce_scatter_base(
   check.scaled(inputBuffer, outputBuffer, check.size(), "inputBuffer");
   const Reduction op = check.reduction(opts.reduceOp, outputBuffer);
   return enqueue(
+      queue_,
       c10d::OpType::_REDUCE_SCATTER_BASE,
       "_reduce_scatter_base",
       opts.timeout,
@@ -1102,6 +1132,7 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::reduce_scatter_tensor_coalesced(
   check.scaledPairs(inputs, outputs, check.size(), "inputs");
   const Reduction op = check.reduction(opts.reduceOp, outputs.front());
   return enqueue(
+      queue_,
       c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED,
       "reduce_scatter_tensor_coalesced",
       opts.timeout,
@@ -1130,6 +1161,7 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::alltoall_base(
   const std::vector<int64_t> outputSplits = check.splits(outputSplitSizes, outputBuffer, "outputSplitSizes");
   const std::vector<int64_t> inputSplits = check.splits(inputSplitSizes, inputBuffer, "inputSplitSizes");
   return enqueue(
+      queue_,
       c10d::OpType::ALLTOALL_BASE,
       "alltoall_base",
       opts.timeout,
@@ -1150,6 +1182,7 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::alltoall(
   check.perRankAnyShape(outputTensors, "outputTensors");
   check.sameDtype(outputTensors.front(), inputTensors.front(), "outputTensors");
   return enqueue(
+      queue_,
       c10d::OpType::ALLTOALL,
       "alltoall",
       opts.timeout,
@@ -1169,6 +1202,7 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::send(
   const at::Tensor& tensor = check.one(tensors, "tensors");
   const int dst = check.peer(dstRank, "dstRank");
   return enqueue(
+      queue_,
       c10d::OpType::SEND,
       "send",
       c10d::kUnsetTimeout,
@@ -1188,6 +1222,7 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::recv(
   at::Tensor& tensor = check.one(tensors, "tensors");
   const int src = check.peer(srcRank, "srcRank");
   return enqueue(
+      receives_,
       c10d::OpType::RECV,
       "recv",
       c10d::kUnsetTimeout,
@@ -1205,6 +1240,7 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::recvAnysource(
   const Check check(*group_, "recvAnysource");
   at::Tensor& tensor = check.one(tensors, "tensors");
   return enqueue(
+      receives_,
       c10d::OpType::RECVANYSOURCE,
       "recvAnysource",
       c10d::kUnsetTimeout,
@@ -1219,6 +1255,7 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::recvAnysource(
 c10::intrusive_ptr<c10d::Work> BackendMpiAll::barrier(
     const c10d::BarrierOptions& opts) {
   return enqueue(
+      queue_,
       c10d::OpType::BARRIER,
       "barrier",
       opts.timeout,

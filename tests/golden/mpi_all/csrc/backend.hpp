@@ -41,7 +41,10 @@ class WorkMpiAll;
 struct CudaOp;
 
 // Runs queued work in order on one background thread, started on first use
-// (never at import time, so processes forked after `import` are safe).
+// (never at import time, so processes forked after `import` are safe). A
+// backend has two: one for receives (recv, recvAnysource) and one for every
+// other op, so that a receive waiting for its sender never holds up the ops
+// queued after it, the matching send among them.
 //
 // Handing an op to another thread costs two thread wake-ups, which would
 // dominate small ops. So both sides spin briefly before they sleep: the worker
@@ -168,6 +171,14 @@ class BackendMpiAll : public c10d::Backend {
   void shutdown() override;
   void abort() override;
 
+  // The number of collectives (every op but send and receive) issued so far
+  // on this rank, the same on every rank of a group that issues them in the
+  // same order. TORCH_DISTRIBUTED_DEBUG=DETAIL wraps every backend in a
+  // ProcessGroupWrapper, which calls these to check that ranks agree on the
+  // collective they run; the count starts at 0 in every new group.
+  void setSequenceNumberForGroup() override;
+  uint64_t getSequenceNumberForGroup() override;
+
   // The collectives of this backend. torch.distributed raises
   // "Backend mpi_all does not support <op>" for every other one.
   c10::intrusive_ptr<c10d::Work> broadcast(
@@ -286,9 +297,10 @@ class BackendMpiAll : public c10d::Backend {
       const c10d::BarrierOptions& opts) override;
 
  private:
-  // Numbers the op, queues it and returns its Work. `inputs` holds the
-  // tensors the op reads but does not write (None when it works in place).
+  // Numbers the op, queues it on `queue` and returns its Work. `inputs` holds
+  // the tensors the op reads but does not write (None when it works in place).
   c10::intrusive_ptr<c10d::Work> enqueue(
+      WorkQueue& queue,
       c10d::OpType type,
       const char* op,
       std::chrono::milliseconds timeout,
@@ -303,7 +315,9 @@ class BackendMpiAll : public c10d::Backend {
   const std::chrono::milliseconds timeout_;
   std::mutex streamsMutex_;
   std::map<c10::DeviceIndex, c10::Stream> streams_;  // the backend's CUDA stream per device
-  WorkQueue queue_;
+  std::atomic<uint64_t> collectives_{0};  // see getSequenceNumberForGroup
+  WorkQueue queue_;     // every op but the receives
+  WorkQueue receives_;  // recv and recvAnysource (the catalogue's queue = "receives")
 };
 
 } // namespace mpi_all_collectives

@@ -77,6 +77,13 @@ bool supportsReduction(Reduction op, c10::ScalarType dtype);
 // are ranks of the group and in range, and tensor counts, dtypes and sizes
 // match what the op needs on this rank. Throw (TORCH_CHECK) to fail the op;
 // the message reaches the caller as a RuntimeError naming the backend and op.
+//
+// Receives (recv, recvAnysource) are the exception: they run, in the order
+// they were called, on a second worker thread, at the same time as the other
+// ops. A receive waits for its sender, and a rank may post it before its own
+// send (irecv then isend, as batch_isend_irecv does); on the one thread it
+// would hold that send back and both ranks would wait forever. So a receive
+// body must be safe to run alongside any other op body.
 namespace ops {
 
 // Copies the root's tensor into the tensor of every rank.
@@ -130,10 +137,10 @@ void alltoall(const OpContext& ctx, std::vector<at::Tensor>& outputs, const std:
 // Sends the tensor to one peer, matched by tag.
 void send(const OpContext& ctx, const at::Tensor& tensor, int dst, int tag);
 
-// Receives a tensor from one peer, matched by tag.
+// Receives a tensor from one peer, matched by tag. (runs on the receive thread)
 void recv(const OpContext& ctx, at::Tensor& tensor, int src, int tag);
 
-// Receives a tensor from whichever peer sends first with the tag.
+// Receives a tensor from whichever peer sends first with the tag. (runs on the receive thread)
 int recvAnysource(const OpContext& ctx, at::Tensor& tensor, int tag);
 
 // Returns once every rank has entered it.
