@@ -22,9 +22,11 @@ UPDATE_COMMAND = "python tests/update_golden.py"
 GOLDEN_CASES: dict[str, tuple[str, ...]] = {
     "allops": ("allops", "--ops", "all"),
     "single": ("single", "--ops", "allreduce", "--devices", "cuda"),
-    # A name with underscores and a digit (C++ class MyRdma2) and ops given by alias.
     # The reference implementation over the c10d Store, every op.
     "store_all": ("store_all", "--impl", "store", "--ops", "all"),
+    # Every op over MPI.
+    "mpi_all": ("mpi_all", "--impl", "mpi", "--ops", "all"),
+    # A name with underscores and a digit (C++ class MyRdma2) and ops given by alias.
     "my_rdma2": (
         "my_rdma2",
         "--ops",

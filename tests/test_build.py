@@ -75,6 +75,15 @@ def built_store(tmp_path_factory: pytest.TempPathFactory) -> Built:
     return build(rendered.target, tmp_path_factory.mktemp("build-store"))
 
 
+@pytest.fixture(scope="session")
+def built_mpi(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    """Every op over MPI (MPICH from the package index, the `test` extra), built."""
+    rendered = generate_project(
+        "mpi_all", ops="all", impl="mpi", output_dir=tmp_path_factory.mktemp("render")
+    )
+    return build(rendered.target, tmp_path_factory.mktemp("build-mpi"))
+
+
 def summary_counts(output: str) -> dict[str, int]:
     """``{"passed": 15, "failed": 1, ...}`` from pytest's closing line."""
     closing = [line for line in output.splitlines() if re.search(r"\d+ \w+.* in [\d.]+s", line)]
@@ -138,3 +147,8 @@ def test_all_ops_project_builds_and_passes_its_own_tests(built_all_ops: Built) -
 def test_store_project_builds_and_passes_its_own_tests(built_store: Built) -> None:
     """Every op, dtype and reduce op against gloo, subgroups, failures, launchers."""
     run_own_tests(built_store)
+
+
+def test_mpi_project_builds_and_passes_its_own_tests(built_mpi: Built) -> None:
+    """Every op, dtype and reduce op against gloo, subgroups, failures, launches: under mpirun."""
+    run_own_tests(built_mpi)

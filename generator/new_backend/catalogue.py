@@ -47,6 +47,7 @@ class Op:
     dummy: str
     test: str
     store: str = ""
+    mpi: str = ""
     inputs: str = ""
     since: str | None = None
     queue: str = "ops"
@@ -55,7 +56,7 @@ class Op:
     op_type_renamed: Rename | None = None
 
     def body_for(self, impl: str) -> str:
-        """The C++ body of this op in ops.cpp for an implementation (dummy, store...)."""
+        """The C++ body of this op in ops.cpp for an implementation (dummy, store, mpi)."""
         return getattr(self, impl)
 
     @property

@@ -82,7 +82,9 @@ class OneLineErrors(click.Command):
     "--impl",
     type=click.Choice(IMPLEMENTATIONS),
     help="What the ops do: 'dummy' zeroes outputs (the tutorial's backend); 'store' is a "
-    "working reference implementation of every op over the c10d Store. [default: dummy]",
+    "working reference implementation of every op over the c10d Store; 'mpi' runs every op "
+    "on an MPI library (MPICH, Open MPI), for clusters launched with mpirun or srun. "
+    "[default: dummy]",
 )
 @click.option(
     "-o",

@@ -131,7 +131,7 @@ CPP_KEYWORDS = frozenset(
 
 DEVICES = ("cpu", "cuda")
 DEFAULT_DEVICES = ("cpu", "cuda")
-IMPLEMENTATIONS = ("dummy", "store")
+IMPLEMENTATIONS = ("dummy", "store", "mpi")
 DEFAULT_NAME = "dummy"
 DEFAULT_OPS = ("allreduce", "allgather")
 

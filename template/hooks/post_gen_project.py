@@ -12,8 +12,10 @@ IMPL = {{ cookiecutter.impl | tojson }}
 ONLY_FOR = {
     "csrc/store_exchange.hpp": {"store"},
     "csrc/store_exchange.cpp": {"store"},
-    "tests/test_failures.py": {"store"},
-    "tests/test_matrix.py": {"store"},
+    "csrc/mpi_comm.hpp": {"mpi"},
+    "csrc/mpi_comm.cpp": {"mpi"},
+    "tests/test_failures.py": {"store", "mpi"},
+    "tests/test_matrix.py": {"store", "mpi"},
 }
 
 for path, impls in ONLY_FOR.items():

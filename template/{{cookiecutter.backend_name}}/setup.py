@@ -8,9 +8,24 @@ another torch, and the extension must match the one you run). The extension is
 a CUDAExtension when that torch is a CUDA build and the CUDA toolkit is found
 (CUDA_HOME, or nvcc on the PATH), or when FORCE_CUDA=1; otherwise a
 CppExtension. Whether this machine has a GPU does not matter.
+{%- if p.impl == "mpi" %}
+
+MPI comes from MPI_HOME (a folder with include/mpi.h and lib/libmpi.so) when
+it is set, else from an mpicc compiler wrapper: MPICC, the one `pip install
+mpich` puts beside this Python, or the first mpicc on the PATH (MPICH, Open
+MPI, Intel MPI, MVAPICH). The extension remembers where libmpi is (rpath).
+{%- endif %}
 """
 
 import os
+{%- if p.impl == "mpi" %}
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+from dataclasses import dataclass, field
+{%- endif %}
 from pathlib import Path
 
 import torch
@@ -18,6 +33,86 @@ from setuptools import setup
 from torch.utils import cpp_extension
 
 ROOT = Path(__file__).parent.resolve()
+{%- if p.impl == "mpi" %}
+
+NO_MPI = """no MPI library found. Install one, then build again:
+
+    pip install mpich                 # MPICH from the package index, into this environment
+
+or point the build at an MPI installed on this machine:
+
+    MPI_HOME=/opt/mpi pip install --no-build-isolation .    # has include/mpi.h, lib/libmpi.so
+    MPICC=/opt/mpi/bin/mpicc pip install --no-build-isolation .
+
+(Debian and Ubuntu: apt install libmpich-dev or libopenmpi-dev; clusters: module load mpi)"""
+
+
+@dataclass
+class Mpi:
+    """How to compile and link against one MPI library."""
+
+    source: str
+    include_dirs: list = field(default_factory=list)
+    library_dirs: list = field(default_factory=list)
+    libraries: list = field(default_factory=list)
+    compile_args: list = field(default_factory=list)
+    link_args: list = field(default_factory=list)
+
+
+def mpi_from_home(home: Path) -> Mpi:
+    include = home / "include"
+    if not (include / "mpi.h").is_file():
+        sys.exit(f"error: MPI_HOME={home} has no include/mpi.h\n\n{NO_MPI}")
+    libdir = next((d for d in (home / "lib64", home / "lib") if list(d.glob("libmpi.*"))), None)
+    if libdir is None:
+        sys.exit(f"error: MPI_HOME={home} has no lib/libmpi.so\n\n{NO_MPI}")
+    return Mpi(f"MPI_HOME={home}", [str(include)], [str(libdir)], ["mpi"], [], [f"-Wl,-rpath,{libdir}"])
+
+
+def mpi_from_wrapper(mpicc: str) -> Mpi | None:
+    """The flags an mpicc wrapper adds: `-show` (MPICH and friends) or `--showme` (Open MPI)."""
+    for flag in ("-show", "--showme"):
+        try:
+            done = subprocess.run([mpicc, flag], capture_output=True, text=True, timeout=60)
+        except OSError:
+            return None
+        words = shlex.split(done.stdout)
+        if done.returncode == 0 and any(w.startswith(("-l", "-L", "-I")) for w in words):
+            break
+    else:
+        return None
+    mpi = Mpi(mpicc)
+    for word in words[1:]:  # words[0] is the compiler it wraps
+        if word.startswith("-I"):
+            mpi.include_dirs.append(word[2:])
+        elif word.startswith("-L"):
+            mpi.library_dirs.append(word[2:])
+            if not any("rpath" in w for w in words):  # so that the extension finds libmpi
+                mpi.link_args.append(f"-Wl,-rpath,{word[2:]}")
+        elif word.startswith("-l"):
+            mpi.libraries.append(word[2:])
+        elif word == "-pthread":
+            mpi.compile_args.append(word)
+            mpi.link_args.append(word)
+        elif word.startswith("-D"):
+            mpi.compile_args.append(word)
+        elif word.startswith("-"):
+            mpi.link_args.append(word)  # -Wl,-rpath and the like
+    return mpi
+
+
+def find_mpi() -> Mpi:
+    """MPI_HOME, else the first mpicc that answers; exits with how to get MPI otherwise."""
+    if os.environ.get("MPI_HOME"):
+        return mpi_from_home(Path(os.environ["MPI_HOME"]))
+    here = [Path(sys.executable).parent / "mpicc", Path(sysconfig.get_path("scripts")) / "mpicc"]
+    candidates = [os.environ.get("MPICC"), *(str(p) for p in here if p.is_file()), shutil.which("mpicc")]
+    for mpicc in dict.fromkeys(c for c in candidates if c):
+        mpi = mpi_from_wrapper(mpicc)
+        if mpi is not None:
+            return mpi
+    sys.exit(f"error: {NO_MPI}")
+{%- endif %}
 
 
 def build_with_cuda() -> bool:
@@ -35,14 +130,25 @@ def get_extensions():
         key=lambda source: (not source.endswith("bindings.cpp"), source),
     )
     extension = cpp_extension.CUDAExtension if with_cuda else cpp_extension.CppExtension
+{%- if p.impl == "mpi" %}
+    mpi = find_mpi()
+    print(f"{{ p.package }}: building against the MPI of {mpi.source}")
+{%- endif %}
     return [
         extension(
             name="{{ p.package }}._C",
             sources=sources,
+{%- if p.impl == "mpi" %}
+            include_dirs=[str(ROOT / "csrc"), *mpi.include_dirs],
+            library_dirs=mpi.library_dirs,
+            libraries=mpi.libraries,
+            extra_link_args=mpi.link_args,
+{%- else %}
             include_dirs=[str(ROOT / "csrc")],
+{%- endif %}
             define_macros=[("WITH_CUDA", None)] if with_cuda else [],
             # No debug info (-g0): it triples the compile time of torch's headers.
-            extra_compile_args={"cxx": ["-O2", "-g0"], "nvcc": ["-O2"]},
+            extra_compile_args={"cxx": ["-O2", "-g0"{{ ", *mpi.compile_args" if p.impl == "mpi" }}], "nvcc": ["-O2"]},
         )
     ]
 

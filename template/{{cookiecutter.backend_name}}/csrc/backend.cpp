@@ -25,6 +25,12 @@ using Clock = std::chrono::steady_clock;
 // variable: long enough to catch a small op, short enough not to matter.
 constexpr auto kWaitSpin = std::chrono::microseconds(50);
 constexpr auto kMaxWorkerSpin = std::chrono::microseconds(100);
+{%- if p.impl == "mpi" %}
+// How long the worker polls ops in flight without sleeping (MPI moves large
+// messages only while it is called), and the longest sleep between polls after that.
+constexpr auto kBusyPoll = std::chrono::milliseconds(50);
+constexpr auto kMaxPollPause = std::chrono::microseconds(1000);
+{%- endif %}
 
 inline void cpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -458,19 +464,35 @@ void WorkQueue::adaptSpin(Clock::duration gap) {
 
 void WorkQueue::loop() {
   for (;;) {
+{%- if p.impl == "mpi" %}
+    pollInFlight();
+    if (queued_.load(std::memory_order_acquire) == 0) {
+      if (inFlight_.empty()) {
+        spinForWork();
+      } else {
+        progress();
+      }
+    }
+{%- else %}
     if (queued_.load(std::memory_order_acquire) == 0) {
       spinForWork();
     }
+{%- endif %}
     c10::intrusive_ptr<{{ p.work_class }}> work;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      while (queue_.empty() && !stopping_) {
+      while (queue_.empty() && !stopping_{{ " && inFlight_.empty()" if p.impl == "mpi" }}) {
         sleeping_ = true;
         sleptAt_ = Clock::now();
         wake_.wait(lock);
         sleeping_ = false;
       }
       if (queue_.empty()) {
+{%- if p.impl == "mpi" %}
+        if (!inFlight_.empty()) {
+          continue;  // ops in flight fail at once when the group was destroyed
+        }
+{%- endif %}
         return;  // stopping, and stop() failed whatever was queued
       }
       work = std::move(queue_.front());
@@ -478,8 +500,44 @@ void WorkQueue::loop() {
       queued_.fetch_sub(1, std::memory_order_release);
     }
     work->run();
+{%- if p.impl == "mpi" %}
+    if (work->inFlight()) {
+      inFlight_.push_back(std::move(work));
+    }
+{%- endif %}
   }
 }
+{%- if p.impl == "mpi" %}
+
+void WorkQueue::pollInFlight() {
+  inFlight_.erase(
+      std::remove_if(
+          inFlight_.begin(),
+          inFlight_.end(),
+          [](const c10::intrusive_ptr<{{ p.work_class }}>& work) { return work->poll(); }),
+      inFlight_.end());
+}
+
+void WorkQueue::progress() {
+  // Most ops complete within microseconds to milliseconds: poll without
+  // sleeping at first, then back off so that a long wait costs little CPU.
+  const auto start = Clock::now();
+  auto pause = std::chrono::microseconds(10);
+  for (int polls = 0; !inFlight_.empty() && queued_.load(std::memory_order_acquire) == 0; ++polls) {
+    if (Clock::now() - start < kBusyPoll) {
+      if (polls < 256) {
+        cpuRelax();
+      } else {
+        std::this_thread::yield();
+      }
+    } else {
+      std::this_thread::sleep_for(pause);
+      pause = std::min<std::chrono::microseconds>(pause * 2, kMaxPollPause);
+    }
+    pollInFlight();
+  }
+}
+{%- endif %}
 
 // ---------------------------------------------------------------------------
 // {{ p.work_class }}
@@ -538,20 +596,55 @@ void {{ p.work_class }}::run() {
         cuda_->ready.block(cuda_->stream);
       }
 #endif
-      const OpContext ctx{*group_, op_, seq_, deadline_, timeout_};
+      const OpContext ctx{*group_, op_, seq_, deadline_, timeout_{{ ", &later_" if p.impl == "mpi" }}};
       body_(ctx, *this);
 #ifdef WITH_CUDA
-      if (cuda_) {
+      if (cuda_{{ " && !later_" if p.impl == "mpi" }}) {
         cuda_->done.record(cuda_->stream);
       }
 #endif
     } catch (...) {
       error = backendError(describe() + " failed: " + errorMessage(std::current_exception()));
+{%- if p.impl == "mpi" %}
+      later_ = nullptr;
+{%- endif %}
     }
   }
   body_ = nullptr;  // Drop the tensors the body captured.
+{%- if p.impl == "mpi" %}
+  if (later_) {
+    return;  // the WorkQueue polls it until it completes
+  }
+{%- endif %}
   finish(error);    // For a CUDA op, on its stream: the future records it.
 }
+{%- if p.impl == "mpi" %}
+
+bool {{ p.work_class }}::poll() {
+#ifdef WITH_CUDA
+  std::optional<c10::cuda::CUDAStreamGuard> onStream;
+  if (cuda_) {
+    onStream.emplace(cuda_->stream);  // staged results are copied back on the op's stream
+  }
+#endif
+  std::exception_ptr error;
+  try {
+    if (!later_()) {
+      return false;
+    }
+#ifdef WITH_CUDA
+    if (cuda_) {
+      cuda_->done.record(cuda_->stream);
+    }
+#endif
+  } catch (...) {
+    error = backendError(describe() + " failed: " + errorMessage(std::current_exception()));
+  }
+  later_ = nullptr;
+  finish(error);
+  return true;
+}
+{%- endif %}
 
 void {{ p.work_class }}::finish(std::exception_ptr error) {
   if (finishing_.exchange(true)) {
@@ -672,6 +765,10 @@ std::shared_ptr<Group> makeGroup(const c10d::DistributedBackendOptions& options)
 {%- if p.impl == "store" %}
   TORCH_CHECK(options.store, "Backend {{ p.name }}: torch.distributed passed no store");
   group->exchange = std::make_shared<StoreExchange>(options.store);
+{%- elif p.impl == "mpi" %}
+  // Collective over the group's processes; the default group has no global ranks listed.
+  group->comm = std::make_shared<MpiComm>(
+      group->backend, group->globalRanks, group->rank, options.global_ranks_in_group.empty());
 {%- endif %}
   return group;
 }

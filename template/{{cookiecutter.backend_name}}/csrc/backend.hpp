@@ -71,6 +71,12 @@ class WorkQueue {
   void loop();
   void spinForWork();
   void adaptSpin(std::chrono::steady_clock::duration gap);
+{%- if p.impl == "mpi" %}
+  // Polls the ops in flight until none is left or another op is queued.
+  void progress();
+  // Polls each op in flight once; forgets those that completed.
+  void pollInFlight();
+{%- endif %}
 
   std::mutex mutex_;
   std::condition_variable wake_;
@@ -81,6 +87,11 @@ class WorkQueue {
   bool sleeping_ = false;
   std::chrono::steady_clock::time_point sleptAt_;
   std::atomic<int64_t> spinNs_{50'000};  // how long the worker spins for work
+{%- if p.impl == "mpi" %}
+  // Ops whose bodies returned before they completed (OpContext::completeLater);
+  // only the worker thread touches it.
+  std::vector<c10::intrusive_ptr<{{ p.work_class }}>> inFlight_;
+{%- endif %}
   std::thread thread_;
 };
 
@@ -122,8 +133,17 @@ class {{ p.work_class }} : public c10d::Work {
  private:
   friend class WorkQueue;
 
-  // Runs the body on the worker thread and completes the future.
+  // Runs the body on the worker thread and completes the future{{ " (unless the
+  // body completes it later: see inFlight())" if p.impl == "mpi" }}.
   void run();
+{%- if p.impl == "mpi" %}
+  // Whether the body returned before the op completed (OpContext::completeLater).
+  bool inFlight() const {
+    return static_cast<bool>(later_);
+  }
+  // For an op in flight: true once it completed, or failed.
+  bool poll();
+{%- endif %}
   // Completes the op with `error` (nullptr for success). Only the first call
   // counts: an op that timed out in wait() stays failed when its body returns.
   void finish(std::exception_ptr error);
@@ -136,6 +156,9 @@ class {{ p.work_class }} : public c10d::Work {
   const std::chrono::steady_clock::time_point deadline_;
   const c10::IValue outputs_;
   Body body_;
+{%- if p.impl == "mpi" %}
+  std::function<bool()> later_;  // set by OpContext::completeLater
+{%- endif %}
   const std::shared_ptr<CudaOp> cuda_;  // null for CPU ops
   uint64_t seq_ = 0;  // set by WorkQueue::push
   int sourceRank_ = -1;

@@ -23,6 +23,36 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
       py::call_guard<py::gil_scoped_release>(),
       "Creates the backend of one process group (torch.distributed's extended API).");
 
+{%- if p.impl == "mpi" %}
+
+  module.def(
+      "mpi_world",
+      [] { return {{ p.package }}::mpiWorld(); },
+      py::call_guard<py::gil_scoped_release>(),
+      "(rank, size) of this process in MPI_COMM_WORLD; initialises MPI if needed.");
+  module.def(
+      "mpi_broadcast",
+      [](const std::string& value) {
+        std::string result;
+        {
+          py::gil_scoped_release release;
+          result = {{ p.package }}::mpiBroadcast(value);
+        }
+        return py::bytes(result);
+      },
+      py::arg("value"),
+      "Rank 0's value on every rank of MPI_COMM_WORLD (MPI_Bcast); initialises MPI if needed.");
+  module.def(
+      "mpi_initialized",
+      &{{ p.package }}::mpiInitialized,
+      "Whether MPI is initialised (by anyone) and not finalised.");
+  module.def(
+      "mpi_finalize",
+      &{{ p.package }}::finalizeMpi,
+      py::call_guard<py::gil_scoped_release>(),
+      "Finalises MPI if this backend initialised it (registered with atexit).");
+{%- endif %}
+
 #ifdef WITH_CUDA
   module.attr("WITH_CUDA") = true;
 #else

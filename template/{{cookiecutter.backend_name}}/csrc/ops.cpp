@@ -15,8 +15,20 @@
 // through the group's c10d Store (see store_exchange.hpp). It is correct for
 // every op, dtype and reduction, and slow: all data passes through the
 // store's server. Use it as the expected behaviour while you write your own.
+{%- elif p.impl == "mpi" %}
+// As generated, every op is the natural non-blocking MPI call (MPI_Iallreduce,
+// MPI_Ibcast, MPI_Isend, ...) on the group's communicator, on the tensors'
+// own memory. The body starts the call and returns; the worker thread
+// completes the op when MPI has (see MpiOp in mpi_comm.hpp), so the group's
+// next ops start meanwhile.
 {%- endif %}
 #include "ops.hpp"
+{%- if p.impl == "mpi" %}
+
+#include <algorithm>
+#include <climits>
+#include <functional>
+{%- endif %}
 
 namespace {{ p.package }} {
 {%- if p.impl == "dummy" %}
@@ -164,6 +176,83 @@ inline void reduceScatterFlat(
   const std::vector<int64_t> counts(ctx.group.size, output.numel());
   const std::vector<at::Tensor> chunks = splitPieces(input, counts);
   output.copy_(reduceAll(exchange(ctx).alltoall(ctx, chunks, counts), op).view(output.sizes()));
+}
+
+} // namespace
+{%- elif p.impl == "mpi" %}
+
+bool supportsDtype(c10::ScalarType dtype) {
+  return mpiDatatype(dtype) != MPI_DATATYPE_NULL;  // see mpi_comm.cpp for the mapping
+}
+
+bool supportsReduction(Reduction op, c10::ScalarType dtype) {
+  return mpiReduction(op, dtype) != MPI_OP_NULL;
+}
+
+// Helpers of the MPI implementation (inline: a backend with few ops does not
+// use them all).
+namespace {
+
+// The MPI_Op of `op` on the tensor's dtype (supportsReduction() checked there is one).
+inline MPI_Op reduction(Reduction op, const at::Tensor& tensor) {
+  return mpiReduction(op, tensor.scalar_type());
+}
+
+// A tensor's element count as MPI counts it (an int).
+inline int elementCount(const at::Tensor& tensor) {
+  TORCH_CHECK(
+      tensor.numel() <= INT_MAX,
+      "a tensor of ", tensor.numel(), " elements is more than one MPI call can count");
+  return static_cast<int>(tensor.numel());
+}
+
+// Elements per row of dimension 0 (what all_to_all_single splits count).
+inline int64_t rowNumel(const at::Tensor& tensor) {
+  int64_t n = 1;
+  for (int64_t d = 1; d < tensor.dim(); ++d) {
+    n *= tensor.size(d);
+  }
+  return n;
+}
+
+// Split sizes in rows, as element counts.
+inline std::vector<int> elementCounts(const std::vector<int64_t>& splits, int64_t rowSize) {
+  std::vector<int> counts;
+  for (int64_t rows : splits) {
+    TORCH_CHECK(
+        rows * rowSize <= INT_MAX,
+        "a split of ", rows * rowSize, " elements is more than one MPI call can count");
+    counts.push_back(static_cast<int>(rows * rowSize));
+  }
+  return counts;
+}
+
+// Where each piece starts when the pieces lie one after the other.
+inline std::vector<int> offsets(const std::vector<int>& counts) {
+  std::vector<int> result;
+  int64_t offset = 0;
+  for (int count : counts) {
+    TORCH_CHECK(offset <= INT_MAX, "an offset of ", offset, " elements is more than MPI can count");
+    result.push_back(static_cast<int>(offset));
+    offset += count;
+  }
+  return result;
+}
+
+inline bool allEqual(const std::vector<int>& values) {
+  return std::adjacent_find(values.begin(), values.end(), std::not_equal_to<int>()) == values.end();
+}
+
+// MPI_IN_PLACE when `send` already is this rank's piece of `recv`, as in
+// all_gather_into_tensor(out, out.chunk(size)[rank]): MPI forbids overlapping
+// send and receive buffers.
+inline const void* inPlaceIfAliased(const Buffer& send, const Buffer& recv, int rank) {
+  if (recv.ptr == nullptr || send.ptr == nullptr) {
+    return send.ptr;
+  }
+  const size_t pieceBytes = static_cast<size_t>(send.count) * send.itemsize;
+  const char* piece = static_cast<const char*>(recv.ptr) + rank * pieceBytes;
+  return send.ptr == piece ? MPI_IN_PLACE : send.ptr;
 }
 
 } // namespace

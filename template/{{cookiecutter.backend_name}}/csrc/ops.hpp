@@ -14,12 +14,18 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+{%- if p.impl == "mpi" %}
+#include <functional>
+{%- endif %}
 #include <memory>
 #include <string>
 #include <vector>
 {%- if p.impl == "store" %}
 
 #include "store_exchange.hpp"
+{%- elif p.impl == "mpi" %}
+
+#include "mpi_comm.hpp"
 {%- endif %}
 
 namespace {{ p.package }} {
@@ -42,6 +48,9 @@ struct Group {
 {%- if p.impl == "store" %}
   // Moves tensors between the ranks through the group's c10d Store.
   std::shared_ptr<StoreExchange> exchange;
+{%- elif p.impl == "mpi" %}
+  // The group's MPI communicator (see mpi_comm.hpp).
+  std::shared_ptr<MpiComm> comm;
 {%- endif %}
 };
 
@@ -59,6 +68,18 @@ struct OpContext {
     return group.aborted.load(std::memory_order_relaxed) ||
         std::chrono::steady_clock::now() > deadline;
   }
+{%- if p.impl == "mpi" %}
+
+  // For a body that returns before its communication is done: the op
+  // completes when `done` returns true (or fails when it throws). The worker
+  // thread calls `done` between the group's later ops, so they overlap; `done`
+  // must give up itself when expired().
+  void completeLater(std::function<bool()> done) const {
+    *later = std::move(done);
+  }
+
+  std::function<bool()>* later;  // where completeLater() leaves `done`
+{%- endif %}
 };
 
 // The element types and reductions this backend handles. They are checked on

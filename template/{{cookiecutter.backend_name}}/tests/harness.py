@@ -1,24 +1,63 @@
 {%- set p = project() -%}
 """Runs test cases on a group of real processes, one per rank.
 
+{% if p.impl == "mpi" -%}
+A Cluster starts ``world_size`` processes with mpirun. Each initialises
+torch.distributed with the "{{ p.name }}" backend, then runs the cases
+(functions in cases.py) the test asks for and reports back. Starting
+processes costs seconds, so the tests keep one Cluster per world size and run
+many cases on it. A case that fails or hangs on any rank fails the test with
+every rank's traceback; a hung cluster is killed and the next test starts a
+new one.
+{%- else -%}
 A Cluster spawns ``world_size`` processes. Each initialises torch.distributed
 with the "{{ p.name }}" backend, then runs the cases (functions in cases.py)
 the test asks for and reports back. Starting processes costs seconds, so the
 tests keep one Cluster per world size and run many cases on it. A case that
 fails or hangs on any rank fails the test with every rank's traceback; a hung
 cluster is killed and the next test starts a new one.
+{%- endif %}
+{%- if p.impl == "mpi" %}
+
+MPI processes must be started by an MPI launcher, so the ranks are
+``mpirun -n N python -m harness``: each connects back to the test process
+(multiprocessing.connection, with a random key) and then serves cases exactly
+like a spawned rank. {{ p.macro }}_MPIRUN overrides the launcher command
+(default: the mpirun beside this Python, as `pip install mpich` installs it,
+else the first on the PATH).
+{%- endif %}
 """
 
 from __future__ import annotations
 
+{% if p.impl == "mpi" -%}
+import json
+{% endif -%}
 import multiprocessing
 import multiprocessing.connection
 import os
+{%- if p.impl == "mpi" %}
+import secrets
+import shlex
+import shutil
+import signal
+{%- endif %}
 import socket
+{%- if p.impl == "mpi" %}
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+{%- endif %}
 import traceback
 from datetime import timedelta
 
 BACKEND = "{{ p.name }}"
+{%- if p.impl == "mpi" %}
+#: The environment variable that hands a rank started by mpirun its configuration.
+CLUSTER_VARIABLE = "{{ p.macro }}_TEST_CLUSTER"
+{%- endif %}
 
 #: How long one case may take on the slowest rank before the cluster is killed.
 CASE_TIMEOUT = float(os.environ.get("{{ p.macro }}_TEST_CASE_TIMEOUT", "120"))
@@ -45,9 +84,16 @@ class Cluster:
 
     ``init`` picks how they rendezvous: "tcp" (``tcp://`` URL), "env"
     (``env://``: MASTER_ADDR and friends), "file" (``file://``) or "store" (an
+{%- if p.impl == "mpi" %}
+    explicit TCPStore passed as ``store=``). ``start`` is how the ranks start:
+    "mpirun" (MPI's launcher), or the multiprocessing start methods "spawn"
+    and "fork", which only make sense for one rank (each process they start is
+    an MPI world of its own).
+{%- else %}
     explicit TCPStore passed as ``store=``). ``start`` is the multiprocessing
     start method: "spawn", or "fork" (children of a parent that imported the
     package).
+{%- endif %}
     """
 
     def __init__(
@@ -55,13 +101,15 @@ class Cluster:
         world_size: int,
         group_timeout: float = GROUP_TIMEOUT,
         init: str = "tcp",
-        start: str = "spawn",
+        start: str = "{{ "mpirun" if p.impl == "mpi" else "spawn" }}",
         env=None,
         scratch: str | None = None,
     ):
         self.world_size = world_size
         self.broken = False
+{%- if p.impl != "mpi" %}
         context = multiprocessing.get_context(start)
+{%- endif %}
         rendezvous = {"init": init, "port": free_port(), "timeout": group_timeout}
         if init == "file":
             import tempfile
@@ -69,6 +117,14 @@ class Cluster:
             rendezvous["file"] = os.path.join(scratch or tempfile.mkdtemp(), "rendezvous")
         self.conns = []
         self.procs = []
+{%- if p.impl == "mpi" %}
+        self.mpirun = None
+        if start == "mpirun":
+            self._start_with_mpirun(rendezvous, env or {})
+            self._collect("init_process_group")
+            return
+        context = multiprocessing.get_context(start)
+{%- endif %}
         for rank in range(world_size):
             parent, child = context.Pipe()
             proc = context.Process(
@@ -102,6 +158,14 @@ class Cluster:
                 conn.send(None)
             except OSError:
                 pass
+{%- if p.impl == "mpi" %}
+        if self.mpirun is not None:
+            try:
+                self.mpirun.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.kill()
+            return
+{%- endif %}
         for proc in self.procs:
             proc.join(timeout=30)
             if proc.is_alive():
@@ -110,10 +174,85 @@ class Cluster:
 
     def kill(self) -> None:
         self.broken = True
+{%- if p.impl == "mpi" %}
+        if self.mpirun is not None:
+            for pid in self.pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (OSError, TypeError):
+                    pass  # gone already, or never connected
+            try:
+                os.killpg(self.mpirun.pid, signal.SIGKILL)  # mpirun and its proxies
+            except OSError:
+                pass
+            self.mpirun.wait()
+            return
+{%- endif %}
         for proc in self.procs:
             proc.kill()
         for proc in self.procs:
             proc.join()
+{%- if p.impl == "mpi" %}
+
+    def _start_with_mpirun(self, rendezvous: dict, env: dict) -> None:
+        """``mpirun -n N python -m harness``; each rank connects back and says who it is."""
+        authkey = secrets.token_bytes(32)
+        listener = multiprocessing.connection.Listener(("127.0.0.1", 0), authkey=authkey)
+        config = {"address": listener.address, "authkey": authkey.hex(), "rendezvous": rendezvous, "env": env}
+        here = os.path.dirname(os.path.abspath(__file__))
+        child_env = dict(os.environ, PYTHONPATH=os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]))
+        child_env[CLUSTER_VARIABLE] = json.dumps(config)
+        self.output = tempfile.TemporaryFile("w+")
+        self.pids = [None] * self.world_size
+        self.conns = [None] * self.world_size
+        self.mpirun = subprocess.Popen(
+            [*mpirun_command(), "-n", str(self.world_size), sys.executable, "-m", "harness"],
+            env=child_env, stdin=subprocess.DEVNULL, stdout=self.output, stderr=subprocess.STDOUT,
+            start_new_session=True,  # kill() takes mpirun's helpers too
+        )  # fmt: skip
+        accepted: list = []
+        stop = threading.Event()
+
+        def accept() -> None:
+            while len(accepted) < self.world_size and not stop.is_set():
+                try:
+                    accepted.append(listener.accept())
+                except (OSError, EOFError, multiprocessing.AuthenticationError):
+                    pass  # a stranger, or the poke below
+
+        acceptor = threading.Thread(target=accept, daemon=True)
+        acceptor.start()
+        deadline = time.monotonic() + CASE_TIMEOUT
+        while acceptor.is_alive() and self.mpirun.poll() is None and time.monotonic() < deadline:
+            acceptor.join(0.1)
+        if acceptor.is_alive():
+            stop.set()
+            socket.create_connection(listener.address).close()  # wakes accept()
+            acceptor.join()
+        listener.close()
+        for conn in accepted:
+            rank, self.pids[rank] = conn.recv()
+            self.conns[rank] = conn
+        if len(accepted) < self.world_size:
+            self.kill()
+            raise ClusterError(
+                f"mpirun started {len(accepted)} of {self.world_size} ranks within "
+                f"{CASE_TIMEOUT:.0f} s:\n{self.mpirun_output()}"
+            )
+
+    def mpirun_output(self, lines: int = 40) -> str:
+        """The last lines mpirun and the ranks printed."""
+        self.output.seek(0)
+        return "".join(self.output.readlines()[-lines:])
+
+    def _exited(self, rank: int) -> str:
+        """What to say about a rank that exited in the middle of a case."""
+        if self.mpirun is not None:
+            time.sleep(1)  # let it finish printing
+            return f"rank {rank} exited; the last output of mpirun:\n{self.mpirun_output()}"
+        self.procs[rank].join(timeout=10)
+        return f"rank {rank} exited (code {self.procs[rank].exitcode})"
+{%- endif %}
 
     def _collect(self, what: str, exits: frozenset[int] = frozenset()) -> list:
         replies: list = [None] * self.world_size
@@ -132,9 +271,13 @@ class Cluster:
                 try:
                     replies[rank] = conn.recv()
                 except EOFError:
+{%- if p.impl == "mpi" %}
+                    replies[rank] = ("ok", None) if rank in exits else ("error", self._exited(rank))
+{%- else %}
                     self.procs[rank].join(timeout=10)
                     code = self.procs[rank].exitcode
                     replies[rank] = ("ok", None) if rank in exits else ("error", f"rank {rank} exited (code {code})")
+{%- endif %}
                     self.broken = self.broken or rank in exits
                 pending.discard(rank)
         errors = [(r, reply[1]) for r, reply in enumerate(replies) if reply[0] == "error"]
@@ -151,6 +294,31 @@ class Cluster:
 
             pytest.skip(skips[0])
         return [reply[1] for reply in replies]
+{%- if p.impl == "mpi" %}
+
+
+def mpirun_command() -> list[str]:
+    """The MPI launcher and its options, for test clusters and launcher tests.
+
+    {{ p.macro }}_MPIRUN if set; else the mpirun beside this Python (`pip install
+    mpich` puts it there), else the first mpirun on the PATH.
+    """
+    if os.environ.get("{{ p.macro }}_MPIRUN"):
+        return shlex.split(os.environ["{{ p.macro }}_MPIRUN"])
+    beside = os.path.join(os.path.dirname(sys.executable), "mpirun")
+    mpirun = beside if os.path.isfile(beside) else shutil.which("mpirun")
+    if mpirun is None:
+        raise ClusterError("no mpirun found: pip install mpich, or set {{ p.macro }}_MPIRUN")
+    version = subprocess.run([mpirun, "--version"], capture_output=True, text=True, timeout=60).stdout
+    if "HYDRA" in version:  # MPICH, Intel MPI
+        # A rank that dies must not take the others with it: the failure tests
+        # check that they notice.
+        return [mpirun, "-disable-auto-cleanup"]
+    if "Open MPI" in version or "OpenRTE" in version:
+        root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
+        return [mpirun, "--oversubscribe", *root]  # more ranks than cores is fine here
+    return [mpirun]
+{%- endif %}
 
 
 def _init(rank: int, world_size: int, rendezvous: dict) -> None:
@@ -209,3 +377,26 @@ def _serve(rank, world_size, rendezvous, env, conn):
             conn.send(("error", traceback.format_exc()))
     if dist.is_initialized():
         dist.destroy_process_group()
+{%- if p.impl == "mpi" %}
+
+
+def _main() -> None:
+    """A rank started by mpirun (``python -m harness``): connect back, then serve."""
+    config = json.loads(os.environ.pop(CLUSTER_VARIABLE))
+    os.environ.update(config["env"])
+    import {{ p.package }}
+
+    found = {{ p.package }}.launcher_rank_and_size()
+    if found is None:
+        sys.exit("harness: no rank in the environment; start this with mpirun")
+    rank, world_size = found
+    conn = multiprocessing.connection.Client(tuple(config["address"]), authkey=bytes.fromhex(config["authkey"]))
+    conn.send((rank, os.getpid()))
+    _serve(rank, world_size, config["rendezvous"], config["env"], conn)
+
+
+if __name__ == "__main__":
+    import harness  # cases.py imports this file as `harness`: serve with that module, not __main__
+
+    harness._main()
+{%- endif %}

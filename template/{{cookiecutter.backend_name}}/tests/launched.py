@@ -1,10 +1,22 @@
 {%- set p = project() -%}
+{% if p.impl == "mpi" -%}
+"""Runs every op case in a process started by an MPI launcher (mpirun, mpiexec, srun).
+
+    mpirun -n 3 python tests/launched.py          # {{ p.package }}.init_process_group_from_mpi()
+    mpirun -n 3 python tests/launched.py --plain  # init_process_group("{{ p.name }}", rank=, world_size=)
+
+--plain takes the rank and world size from the launcher's environment and
+needs MASTER_ADDR and MASTER_PORT; --swap-ranks does the same with ranks
+numbered unlike MPI's, which must fail with a clear error.
+"""
+{%- else -%}
 """Runs every op case in a process started by a launcher (torchrun, mpirun, srun).
 
     torchrun --nproc-per-node 3 tests/launched.py
 
 The launcher provides the rank, world size and rendezvous in the environment.
 """
+{%- endif %}
 
 import sys
 from pathlib import Path
@@ -17,7 +29,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cases  # noqa: E402
 from harness import Skip  # noqa: E402
 
+{% if p.impl == "mpi" -%}
+if "--plain" in sys.argv or "--swap-ranks" in sys.argv:
+    rank, world_size = {{ p.package }}.launcher_rank_and_size()
+    if "--swap-ranks" in sys.argv:
+        rank = world_size - 1 - rank
+    dist.init_process_group("{{ p.name }}", rank=rank, world_size=world_size)
+else:
+    {{ p.package }}.init_process_group_from_mpi()
+{% else -%}
 dist.init_process_group("{{ p.name }}")
+{% endif -%}
 ran = 0
 for op in sorted(cases.OPS):
     try:

@@ -7,7 +7,23 @@ Importing this package registers the backend::
     import {{ p.package }}  # noqa: F401
 
     dist.init_process_group("{{ p.name }}", rank=rank, world_size=world_size)
+{%- if p.impl == "mpi" %}
+
+In a process started by mpirun, mpiexec or srun, one call does it all::
+
+    {{ p.package }}.init_process_group_from_mpi()
+
+MPI is initialised when the first process group is created (or by
+``init_process_group_from_mpi``), never at import, and finalised at exit if
+this package initialised it.
+{%- endif %}
 """
+{%- if p.impl == "mpi" %}
+
+import atexit
+import os
+import socket
+{%- endif %}
 
 import torch  # noqa: F401  (loads libtorch before the extension)
 import torch.distributed as dist
@@ -32,3 +48,74 @@ WITH_CUDA = _C.WITH_CUDA
 dist.Backend.register_backend(
     BACKEND_NAME, _C.create_backend, extended_api=True, devices=DEVICES
 )
+
+{%- if p.impl == "mpi" %}
+
+atexit.register(_C.mpi_finalize)  # does nothing unless this package initialised MPI
+
+#: Where launchers put each process's rank and the number of processes:
+#: MPICH and Intel MPI (Hydra), Open MPI, PMIx, Slurm's srun, MVAPICH.
+LAUNCHER_VARIABLES = [
+    ("PMI_RANK", "PMI_SIZE"),
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+    ("PMIX_RANK", "PMIX_SIZE"),
+    ("SLURM_PROCID", "SLURM_NTASKS"),
+    ("MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE"),
+]
+#: The same for the rank among the processes on this host.
+LOCAL_RANK_VARIABLES = ["MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MV2_COMM_WORLD_LOCAL_RANK"]
+
+
+def launcher_rank_and_size() -> tuple[int, int] | None:
+    """``(rank, world_size)`` as the launcher (mpirun, srun...) set them, without initialising MPI.
+
+    None when no known launcher variable is set.
+    """
+    for rank, size in LAUNCHER_VARIABLES:
+        if rank in os.environ and size in os.environ:
+            return int(os.environ[rank]), int(os.environ[size])
+    return None
+
+
+def set_env_from_mpi() -> tuple[int, int]:
+    """Fills the ``env://`` variables from MPI; returns ``(rank, world_size)``.
+
+    RANK and WORLD_SIZE come from MPI_COMM_WORLD (this initialises MPI), and
+    LOCAL_RANK from the launcher where it says. Unless MASTER_ADDR and
+    MASTER_PORT are both set, rank 0 picks what is missing (its host name, a
+    free port) and broadcasts it with MPI, so this works across hosts with
+    nothing set by hand. Every rank must call it.
+    """
+    rank, size = _C.mpi_world()
+    os.environ["RANK"] = str(rank)
+    os.environ["WORLD_SIZE"] = str(size)
+    local = next((os.environ[v] for v in LOCAL_RANK_VARIABLES if v in os.environ), None)
+    if local is not None:
+        os.environ.setdefault("LOCAL_RANK", local)
+    if not ("MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ):
+        mine = ""
+        if rank == 0:
+            address = os.environ.get("MASTER_ADDR") or socket.gethostname()
+            port = os.environ.get("MASTER_PORT") or str(_free_port())
+            mine = f"{address} {port}"
+        address, port = _C.mpi_broadcast(mine).decode().split(" ")
+        os.environ["MASTER_ADDR"] = address
+        os.environ["MASTER_PORT"] = port
+    return rank, size
+
+
+def init_process_group_from_mpi(**kwargs) -> None:
+    """``init_process_group("{{ p.name }}")`` in a process started by mpirun, mpiexec or srun.
+
+    Sets the ``env://`` variables with :func:`set_env_from_mpi`, then calls
+    ``torch.distributed.init_process_group`` with ``kwargs`` (timeout=...).
+    """
+    set_env_from_mpi()
+    dist.init_process_group(BACKEND_NAME, **kwargs)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+{%- endif %}

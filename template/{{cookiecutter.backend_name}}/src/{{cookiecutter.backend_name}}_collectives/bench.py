@@ -1,9 +1,15 @@
 {%- set p = project() -%}
 """nccl-tests-style benchmark of the "{{ p.name }}" backend, with a reference backend alongside.
+{%- if p.impl == "mpi" %}
+
+    python -m {{ p.package }}.bench --nprocs 4              # runs itself under mpirun -n 4
+    mpirun -n 4 python -m {{ p.package }}.bench             # or under a launcher of your own
+{%- else %}
 
     python -m {{ p.package }}.bench --nprocs 4              # starts 4 local ranks itself
     torchrun --nproc-per-node 4 -m {{ p.package }}.bench    # or under a launcher
     mpirun -n 4 python -m {{ p.package }}.bench
+{%- endif %}
 
 Every size of the sweep runs on this backend, then on the reference (gloo by
 default) in the same processes, so the ratio column compares like with like.
@@ -23,8 +29,15 @@ import argparse
 import json
 import os
 import platform
+{%- if p.impl == "mpi" %}
+import shutil
+{%- else %}
 import socket
+{%- endif %}
 import statistics
+{%- if p.impl == "mpi" %}
+import subprocess
+{%- endif %}
 import sys
 import time
 from collections.abc import Callable
@@ -34,7 +47,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from . import BACKEND_NAME, OPS
+from . import BACKEND_NAME, OPS{{ ", set_env_from_mpi" if p.impl == "mpi" }}
 
 LAUNCHER_ENV = [  # (rank, world size) variables of common launchers
     ("RANK", "WORLD_SIZE"),  # torchrun
@@ -492,11 +505,13 @@ def _rank_main(rank: int, world_size: int, args: argparse.Namespace) -> None:
                 print(f"# wrote {path}", flush=True)
     finally:
         dist.destroy_process_group()
+{%- if p.impl != "mpi" %}
 
 
 def _spawned(rank: int, world_size: int, port: int, args: argparse.Namespace) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     _rank_main(rank, world_size, args)
+{%- endif %}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -544,14 +559,29 @@ def main(argv: list[str] | None = None) -> None:
     if args.progress is None:
         args.progress = sys.stderr.isatty() or args.maxbytes / args.minbytes > 4**6
     if launched:
+{%- if p.impl == "mpi" %}
+        set_env_from_mpi()  # MASTER_ADDR and MASTER_PORT from rank 0, unless set
+{%- else %}
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", "29500")
+{%- endif %}
         _rank_main(launched[0], world_size, args)
         return
+{%- if p.impl == "mpi" %}
+    # MPI processes are started by MPI's launcher: run this module again under mpirun.
+    here = os.path.dirname(sys.executable)
+    mpirun = shutil.which("mpirun", path=here) or shutil.which("mpirun")
+    if mpirun is None:
+        sys.exit("no mpirun found: pip install mpich, or run this under your MPI's launcher")
+    command = [mpirun, "-n", str(world_size), sys.executable, "-m", "{{ p.package }}.bench"]
+    command += sys.argv[1:] if argv is None else argv
+    sys.exit(subprocess.run(command, check=False).returncode)
+{%- else %}
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     torch.multiprocessing.spawn(_spawned, args=(world_size, port, args), nprocs=world_size)
+{%- endif %}
 
 
 if __name__ == "__main__":

@@ -49,9 +49,9 @@ struct CudaOp;
 // Handing an op to another thread costs two thread wake-ups, which would
 // dominate small ops. So both sides spin briefly before they sleep: the worker
 // waits a few microseconds for the next op, the caller waits a few
-// microseconds for its op to finish. The worker's spin adapts: it shrinks
-// while ops arrive too far apart to catch, and grows back when they arrive
-// close together.
+// microseconds for its op to finish. The worker's spin adapts to the gaps
+// between ops: it grows to catch ops that come in quick succession, up to
+// 100 us, and shrinks while they come further apart than that.
 class WorkQueue {
  public:
   WorkQueue() = default;
@@ -69,6 +69,7 @@ class WorkQueue {
  private:
   void loop();
   void spinForWork();
+  void adaptSpin(std::chrono::steady_clock::duration gap);
 
   std::mutex mutex_;
   std::condition_variable wake_;

@@ -3,6 +3,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <sstream>
 #include <utility>
 
@@ -32,8 +33,10 @@ inline void cpuRelax() {
 #endif
 }
 
-// Spins until `done()` or `budget` has passed; yields the core between polls
-// once the first few polls failed. Returns done().
+// Spins until `done()` or `budget` has passed; returns done(). After a few
+// polls it yields the core between polls: when the thread it waits for shares
+// this core (a busy machine, more ranks than cores), that thread then runs at
+// once instead of after the spin.
 template <typename Done>
 bool spinUntil(Done done, Clock::duration budget) {
   const auto until = Clock::now() + budget;
@@ -41,14 +44,14 @@ bool spinUntil(Done done, Clock::duration budget) {
     if (done()) {
       return true;
     }
-    if ((polls & 63) == 63 && Clock::now() > until) {
+    if (polls < 16) {
+      cpuRelax();
+      continue;
+    }
+    if ((polls & 7) == 0 && Clock::now() > until) {
       return done();
     }
-    if (polls < 256) {
-      cpuRelax();
-    } else {
-      std::this_thread::yield();
-    }
+    std::this_thread::yield();
   }
 }
 
@@ -392,13 +395,8 @@ void WorkQueue::push(const c10::intrusive_ptr<WorkMyRdma2>& work) {
       queued_.fetch_add(1, std::memory_order_release);
       queued = true;
       wake = sleeping_;
-      if (wake && Clock::now() - sleptAt_ < kMaxWorkerSpin) {
-        // The op came soon after the worker fell asleep: spinning a little
-        // longer would have caught it.
-        const int64_t longer = spinNs_.load(std::memory_order_relaxed) * 2 + 1000;
-        spinNs_.store(
-            std::min<int64_t>(longer, std::chrono::nanoseconds(kMaxWorkerSpin).count()),
-            std::memory_order_relaxed);
+      if (wake) {
+        adaptSpin(Clock::now() - sleptAt_);
       }
     }
   }
@@ -431,13 +429,21 @@ void WorkQueue::stop() {
 }
 
 void WorkQueue::spinForWork() {
-  const int64_t spin = spinNs_.load(std::memory_order_relaxed);
-  const bool caught = spinUntil(
+  spinUntil(
       [this] { return queued_.load(std::memory_order_acquire) > 0; },
-      std::chrono::nanoseconds(spin));
-  if (!caught) {
-    spinNs_.store(spin / 2, std::memory_order_relaxed);  // Ops come too far apart to catch.
-  }
+      std::chrono::nanoseconds(spinNs_.load(std::memory_order_relaxed)));
+}
+
+void WorkQueue::adaptSpin(Clock::duration gap) {
+  // The worker fell asleep `gap` before this op came. If a spin that long
+  // would have caught it, spin twice that from now on (ops come in bursts);
+  // if ops come further apart than spinning is worth, spin half as long.
+  const int64_t spin = spinNs_.load(std::memory_order_relaxed);
+  const int64_t gapNs = std::chrono::duration_cast<std::chrono::nanoseconds>(gap).count();
+  const int64_t maxNs = std::chrono::nanoseconds(kMaxWorkerSpin).count();
+  spinNs_.store(
+      gapNs < maxNs ? std::min(maxNs, std::max(spin, 2 * gapNs)) : spin / 2,
+      std::memory_order_relaxed);
 }
 
 void WorkQueue::loop() {

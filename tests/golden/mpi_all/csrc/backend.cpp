@@ -1,0 +1,1274 @@
+// The plumbing of BackendMpiAll: see backend.hpp. The op bodies are in ops.cpp.
+#include "backend.hpp"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <sstream>
+#include <utility>
+
+#ifdef WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#endif
+
+namespace mpi_all_collectives {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// How long a caller spins for its op before sleeping on the condition
+// variable: long enough to catch a small op, short enough not to matter.
+constexpr auto kWaitSpin = std::chrono::microseconds(50);
+constexpr auto kMaxWorkerSpin = std::chrono::microseconds(100);
+// How long the worker polls ops in flight without sleeping (MPI moves large
+// messages only while it is called), and the longest sleep between polls after that.
+constexpr auto kBusyPoll = std::chrono::milliseconds(50);
+constexpr auto kMaxPollPause = std::chrono::microseconds(1000);
+
+inline void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// Spins until `done()` or `budget` has passed; returns done(). After a few
+// polls it yields the core between polls: when the thread it waits for shares
+// this core (a busy machine, more ranks than cores), that thread then runs at
+// once instead of after the spin.
+template <typename Done>
+bool spinUntil(Done done, Clock::duration budget) {
+  const auto until = Clock::now() + budget;
+  for (int polls = 0;; ++polls) {
+    if (done()) {
+      return true;
+    }
+    if (polls < 16) {
+      cpuRelax();
+      continue;
+    }
+    if ((polls & 7) == 0 && Clock::now() > until) {
+      return done();
+    }
+    std::this_thread::yield();
+  }
+}
+
+std::string errorMessage(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const c10::Error& e) {
+    return e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
+// A c10d error (RuntimeError in Python) carrying `message`.
+std::exception_ptr backendError(const std::string& message) {
+  try {
+    C10_THROW_ERROR(DistBackendError, message);
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
+// Every tensor in `outputs`, flattened, for Work::result().
+void collectTensors(const c10::IValue& value, std::vector<at::Tensor>& out) {
+  if (value.isTensor()) {
+    out.push_back(value.toTensor());
+  } else if (value.isList()) {
+    for (const c10::IValue& item : value.toListRef()) {
+      collectTensors(item, out);
+    }
+  }
+}
+
+// The argument checks of one call. Each failure raises a RuntimeError that
+// names the backend, the rank, the op and what is wrong.
+class Check {
+ public:
+  Check(const Group& group, const char* op) : group_(group), op_(op) {}
+
+  int size() const {
+    return group_.size;
+  }
+
+  // A usable tensor: defined, dense, on a device this build supports, of a
+  // dtype the backend supports.
+  void tensor(const at::Tensor& t, const char* what) const {
+    require(t.defined(), what, " is an undefined tensor");
+    require(t.layout() == c10::kStrided, what, " must be a dense tensor, got layout ", t.layout());
+    require(
+        t.is_cpu() || t.is_cuda(),
+        what,
+        " is on ",
+        t.device(),
+        "; this backend is registered for cpu and cuda tensors");
+#ifndef WITH_CUDA
+    require(
+        !t.is_cuda(),
+        what,
+        " is a CUDA tensor, but this build of mpi_all_collectives has no CUDA support "
+        "(rebuild it against a CUDA build of torch, or with FORCE_CUDA=1)");
+#endif
+    require(supportsDtype(t.scalar_type()), what, " has dtype ", t.scalar_type(), ", which this backend does not support");
+  }
+
+  // Exactly one tensor, checked.
+  at::Tensor& one(std::vector<at::Tensor>& tensors, const char* what) const {
+    require(tensors.size() == 1, what, " must hold exactly one tensor, got ", tensors.size());
+    tensor(tensors.front(), what);
+    return tensors.front();
+  }
+
+  // At least one tensor, all checked, all of one dtype and on one device.
+  void many(const std::vector<at::Tensor>& tensors, const char* what) const {
+    require(!tensors.empty(), what, " is empty");
+    for (const at::Tensor& t : tensors) {
+      tensor(t, what);
+      sameDtype(t, tensors.front(), what);
+    }
+  }
+
+  // Exactly one tensor list.
+  std::vector<at::Tensor>& oneList(
+      std::vector<std::vector<at::Tensor>>& lists,
+      const char* what) const {
+    require(lists.size() == 1, what, " must hold exactly one tensor list, got ", lists.size());
+    return lists.front();
+  }
+
+  // One tensor per rank of the group, each like `like` (dtype, device, numel).
+  void perRank(
+      const std::vector<at::Tensor>& tensors,
+      const at::Tensor& like,
+      const char* what) const {
+    require(
+        static_cast<int>(tensors.size()) == size(),
+        what, " must hold one tensor per rank (", size(), "), got ", tensors.size());
+    for (const at::Tensor& t : tensors) {
+      tensor(t, what);
+      sameDtype(t, like, what);
+      require(t.numel() == like.numel(), what, " holds a tensor of ", t.numel(), " elements, expected ", like.numel());
+    }
+  }
+
+  // One tensor per rank of the group, of any size, all of one dtype.
+  void perRankAnyShape(const std::vector<at::Tensor>& tensors, const char* what) const {
+    require(
+        static_cast<int>(tensors.size()) == size(),
+        what, " must hold one tensor per rank (", size(), "), got ", tensors.size());
+    many(tensors, what);
+  }
+
+  // For gather and scatter: on the root, one list with a tensor per rank like
+  // `like`; on the other ranks, no list or one empty list. Returns the root's
+  // list, empty elsewhere.
+  std::vector<at::Tensor> rootList(
+      std::vector<std::vector<at::Tensor>>& lists,
+      int root,
+      const at::Tensor& like,
+      const char* what) const {
+    if (group_.rank != root) {
+      require(
+          lists.empty() || (lists.size() == 1 && lists.front().empty()),
+          what, " must be empty on ranks other than the root (", root, ")");
+      return {};
+    }
+    std::vector<at::Tensor>& list = oneList(lists, what);
+    perRank(list, like, what);
+    return list;
+  }
+
+  // allgather_coalesced: one list per rank, each matching `inputs` tensor for tensor.
+  void coalescedPerRank(
+      const std::vector<std::vector<at::Tensor>>& lists,
+      const std::vector<at::Tensor>& inputs,
+      const char* what) const {
+    require(
+        static_cast<int>(lists.size()) == size(),
+        what, " must hold one list per rank (", size(), "), got ", lists.size());
+    for (const std::vector<at::Tensor>& list : lists) {
+      require(
+          list.size() == inputs.size(),
+          what, " lists must hold one tensor per input (", inputs.size(), "), got ", list.size());
+      for (size_t i = 0; i < list.size(); ++i) {
+        tensor(list[i], what);
+        sameDtype(list[i], inputs[i], what);
+        require(list[i].numel() == inputs[i].numel(), what, " tensor ", i, " has ", list[i].numel(), " elements, expected ", inputs[i].numel());
+      }
+    }
+  }
+
+  // `big` holds `factor` times the elements of `small`, same dtype.
+  void scaled(
+      const at::Tensor& big,
+      const at::Tensor& small,
+      int64_t factor,
+      const char* what) const {
+    tensor(big, what);
+    sameDtype(big, small, what);
+    require(
+        big.numel() == small.numel() * factor,
+        what, " must hold ", small.numel() * factor, " elements (",
+        factor, " x ", small.numel(), "), got ", big.numel());
+  }
+
+  // `big` as scaled() on the root; ignored elsewhere.
+  void scaledOnRoot(
+      const at::Tensor& big,
+      const at::Tensor& small,
+      int root,
+      const char* what) const {
+    if (group_.rank == root) {
+      scaled(big, small, size(), what);
+    }
+  }
+
+  // The same for lists of tensors, pair by pair.
+  void scaledPairs(
+      const std::vector<at::Tensor>& bigs,
+      const std::vector<at::Tensor>& smalls,
+      int64_t factor,
+      const char* what) const {
+    require(bigs.size() == smalls.size(), what, " must hold ", smalls.size(), " tensors, got ", bigs.size());
+    for (size_t i = 0; i < bigs.size(); ++i) {
+      scaled(bigs[i], smalls[i], factor, what);
+    }
+  }
+
+  void sameDtype(const at::Tensor& t, const at::Tensor& like, const char* what) const {
+    require(
+        t.scalar_type() == like.scalar_type(),
+        what, " has dtype ", t.scalar_type(), " but the op's tensors are ", like.scalar_type());
+    require(t.device() == like.device(), what, " is on ", t.device(), " but the op's tensors are on ", like.device());
+  }
+
+  // Split sizes of an all_to_all_single along dimension 0; even splits when
+  // none are given.
+  std::vector<int64_t> splits(
+      const std::vector<int64_t>& sizes,
+      const at::Tensor& t,
+      const char* what) const {
+    require(t.dim() > 0, what, ": all_to_all_single needs tensors with at least one dimension");
+    const int64_t rows = t.size(0);
+    if (sizes.empty()) {
+      require(
+          rows % size() == 0,
+          what, " is empty, so dimension 0 (", rows, ") must split evenly across ", size(), " ranks");
+      return std::vector<int64_t>(size(), rows / size());
+    }
+    require(
+        static_cast<int>(sizes.size()) == size(),
+        what, " must hold one size per rank (", size(), "), got ", sizes.size());
+    int64_t total = 0;
+    for (int64_t s : sizes) {
+      require(s >= 0, what, " holds a negative size ", s);
+      total += s;
+    }
+    require(total == rows, what, " sums to ", total, " but dimension 0 has ", rows, " rows");
+    return sizes;
+  }
+
+  int root(int64_t rootRank, int64_t rootTensor = 0) const {
+    require(rootRank >= 0 && rootRank < size(), "root rank ", rootRank, " is out of range for a group of ", size());
+    require(rootTensor == 0, "root tensor must be 0, got ", rootTensor);
+    return static_cast<int>(rootRank);
+  }
+
+  int peer(int rank, const char* what) const {
+    require(rank >= 0 && rank < size(), what, " ", rank, " is out of range for a group of ", size());
+    return rank;
+  }
+
+  Reduction reduction(const c10d::ReduceOp& reduceOp, const at::Tensor& t) const {
+    Reduction op = Reduction::kSum;
+    switch (reduceOp.op_) {
+      case c10d::ReduceOp::SUM: op = Reduction::kSum; break;
+      case c10d::ReduceOp::AVG: op = Reduction::kAvg; break;
+      case c10d::ReduceOp::PRODUCT: op = Reduction::kProduct; break;
+      case c10d::ReduceOp::MIN: op = Reduction::kMin; break;
+      case c10d::ReduceOp::MAX: op = Reduction::kMax; break;
+      case c10d::ReduceOp::BAND: op = Reduction::kBand; break;
+      case c10d::ReduceOp::BOR: op = Reduction::kBor; break;
+      case c10d::ReduceOp::BXOR: op = Reduction::kBxor; break;
+      default:
+        require(false, "reduce op ", static_cast<int>(reduceOp.op_), " (e.g. PREMUL_SUM) is not supported");
+    }
+    require(
+        supportsReduction(op, t.scalar_type()),
+        "reduce op ", reductionName(op), " is not supported for dtype ", t.scalar_type());
+    return op;
+  }
+
+ private:
+  template <typename... Args>
+  void require(bool ok, const Args&... reason) const {
+    TORCH_CHECK(ok, "Backend ", group_.backend, " (rank ", group_.rank, "): ", op_, ": ", reason...);
+  }
+
+  const Group& group_;
+  const char* const op_;
+};
+
+} // namespace
+
+#ifdef WITH_CUDA
+// A CUDA event that orders streams (no timing). Only c10's CUDA headers and
+// the CUDA runtime are needed, not ATen's (which want the CUDA math libraries).
+class StreamEvent {
+ public:
+  explicit StreamEvent(c10::DeviceIndex device) {
+    const c10::cuda::CUDAGuard onDevice(device);
+    C10_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
+  }
+  StreamEvent(const StreamEvent&) = delete;
+  StreamEvent& operator=(const StreamEvent&) = delete;
+  ~StreamEvent() {
+    cudaEventDestroy(event_);
+  }
+
+  // The event happens when `stream` reaches this point.
+  void record(const c10::cuda::CUDAStream& stream) {
+    C10_CUDA_CHECK(cudaEventRecord(event_, stream.stream()));
+  }
+
+  // Work queued on `stream` from now on waits for the event.
+  void block(const c10::cuda::CUDAStream& stream) const {
+    C10_CUDA_CHECK(cudaStreamWaitEvent(stream.stream(), event_, 0));
+  }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+#endif
+
+// How an op on CUDA tensors meets the streams around it. The op runs on the
+// worker thread, on the backend's stream for the device, once the caller's
+// stream has reached the call (`ready`); `done` marks its end on the backend's
+// stream, and wait() makes the caller's stream wait for it. So results are
+// ordered as with NCCL, and the caller's thread never blocks on the GPU.
+struct CudaOp {
+#ifdef WITH_CUDA
+  CudaOp(c10::Device device, c10::Stream stream)
+      : device(device),
+        stream(c10::cuda::CUDAStream(c10::cuda::CUDAStream::UNCHECKED, stream)),
+        ready(device.index()),
+        done(device.index()) {}
+
+  c10::Device device;
+  c10::cuda::CUDAStream stream;
+  StreamEvent ready;
+  StreamEvent done;
+#endif
+};
+
+const char* reductionName(Reduction op) {
+  switch (op) {
+    case Reduction::kSum: return "SUM";
+    case Reduction::kAvg: return "AVG";
+    case Reduction::kProduct: return "PRODUCT";
+    case Reduction::kMin: return "MIN";
+    case Reduction::kMax: return "MAX";
+    case Reduction::kBand: return "BAND";
+    case Reduction::kBor: return "BOR";
+    case Reduction::kBxor: return "BXOR";
+  }
+  return "UNKNOWN";
+}
+
+// ---------------------------------------------------------------------------
+// WorkQueue
+
+WorkQueue::~WorkQueue() {
+  stop();
+}
+
+void WorkQueue::push(const c10::intrusive_ptr<WorkMpiAll>& work) {
+  bool queued = false;
+  bool wake = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!stopping_) {
+      if (!thread_.joinable()) {
+        thread_ = std::thread([this] { loop(); });
+      }
+      work->seq_ = nextSeq_++;
+      queue_.push_back(work);
+      queued_.fetch_add(1, std::memory_order_release);
+      queued = true;
+      wake = sleeping_;
+      if (wake) {
+        adaptSpin(Clock::now() - sleptAt_);
+      }
+    }
+  }
+  if (!queued) {
+    work->finish(backendError(work->describe() + ": the process group was already destroyed"));
+  } else if (wake) {
+    wake_.notify_one();
+  }
+}
+
+void WorkQueue::stop() {
+  std::deque<c10::intrusive_ptr<WorkMpiAll>> cancelled;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+    cancelled.swap(queue_);
+    queued_.store(0, std::memory_order_release);
+  }
+  wake_.notify_one();
+  for (auto& work : cancelled) {
+    work->finish(backendError(work->describe() + ": cancelled, the process group was destroyed before it ran"));
+  }
+  if (thread_.joinable()) {
+    if (thread_.get_id() == std::this_thread::get_id()) {
+      thread_.detach();  // Destroyed from its own op's callback: it returns on its own.
+    } else {
+      thread_.join();
+    }
+  }
+}
+
+void WorkQueue::spinForWork() {
+  spinUntil(
+      [this] { return queued_.load(std::memory_order_acquire) > 0; },
+      std::chrono::nanoseconds(spinNs_.load(std::memory_order_relaxed)));
+}
+
+void WorkQueue::adaptSpin(Clock::duration gap) {
+  // The worker fell asleep `gap` before this op came. If a spin that long
+  // would have caught it, spin twice that from now on (ops come in bursts);
+  // if ops come further apart than spinning is worth, spin half as long.
+  const int64_t spin = spinNs_.load(std::memory_order_relaxed);
+  const int64_t gapNs = std::chrono::duration_cast<std::chrono::nanoseconds>(gap).count();
+  const int64_t maxNs = std::chrono::nanoseconds(kMaxWorkerSpin).count();
+  spinNs_.store(
+      gapNs < maxNs ? std::min(maxNs, std::max(spin, 2 * gapNs)) : spin / 2,
+      std::memory_order_relaxed);
+}
+
+void WorkQueue::loop() {
+  for (;;) {
+    pollInFlight();
+    if (queued_.load(std::memory_order_acquire) == 0) {
+      if (inFlight_.empty()) {
+        spinForWork();
+      } else {
+        progress();
+      }
+    }
+    c10::intrusive_ptr<WorkMpiAll> work;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      while (queue_.empty() && !stopping_ && inFlight_.empty()) {
+        sleeping_ = true;
+        sleptAt_ = Clock::now();
+        wake_.wait(lock);
+        sleeping_ = false;
+      }
+      if (queue_.empty()) {
+        if (!inFlight_.empty()) {
+          continue;  // ops in flight fail at once when the group was destroyed
+        }
+        return;  // stopping, and stop() failed whatever was queued
+      }
+      work = std::move(queue_.front());
+      queue_.pop_front();
+      queued_.fetch_sub(1, std::memory_order_release);
+    }
+    work->run();
+    if (work->inFlight()) {
+      inFlight_.push_back(std::move(work));
+    }
+  }
+}
+
+void WorkQueue::pollInFlight() {
+  inFlight_.erase(
+      std::remove_if(
+          inFlight_.begin(),
+          inFlight_.end(),
+          [](const c10::intrusive_ptr<WorkMpiAll>& work) { return work->poll(); }),
+      inFlight_.end());
+}
+
+void WorkQueue::progress() {
+  // Most ops complete within microseconds to milliseconds: poll without
+  // sleeping at first, then back off so that a long wait costs little CPU.
+  const auto start = Clock::now();
+  auto pause = std::chrono::microseconds(10);
+  for (int polls = 0; !inFlight_.empty() && queued_.load(std::memory_order_acquire) == 0; ++polls) {
+    if (Clock::now() - start < kBusyPoll) {
+      if (polls < 256) {
+        cpuRelax();
+      } else {
+        std::this_thread::yield();
+      }
+    } else {
+      std::this_thread::sleep_for(pause);
+      pause = std::min<std::chrono::microseconds>(pause * 2, kMaxPollPause);
+    }
+    pollInFlight();
+  }
+}
+
+// ---------------------------------------------------------------------------
+// WorkMpiAll
+
+WorkMpiAll::WorkMpiAll(
+    std::shared_ptr<Group> group,
+    c10d::OpType type,
+    const char* op,
+    std::chrono::milliseconds timeout,
+    c10::IValue outputs,
+    Body body,
+    std::shared_ptr<CudaOp> cuda)
+    : c10d::Work(group->rank, type),
+      group_(std::move(group)),
+      op_(op),
+      timeout_(timeout),
+      deadline_(Clock::now() + timeout),
+      outputs_(std::move(outputs)),
+      body_(std::move(body)),
+      cuda_(std::move(cuda)) {
+#ifdef WITH_CUDA
+  if (cuda_) {  // The future then orders its callbacks after the op's stream.
+    future_ = c10::make_intrusive<c10::ivalue::Future>(
+        outputs_.type(), std::vector<c10::Device>{cuda_->device});
+    return;
+  }
+#endif
+  future_ = c10::make_intrusive<c10::ivalue::Future>(outputs_.type());
+}
+
+std::string WorkMpiAll::describe() const {
+  std::ostringstream out;
+  out << "Backend " << group_->backend << " (rank " << group_->rank << "): " << op_
+      << " #" << seq_;
+  return out.str();
+}
+
+void WorkMpiAll::run() {
+  std::exception_ptr error;
+#ifdef WITH_CUDA
+  std::optional<c10::cuda::CUDAStreamGuard> onStream;
+  if (cuda_) {
+    onStream.emplace(cuda_->stream);  // and stays there until finish() below
+  }
+#endif
+  if (group_->aborted.load()) {
+    error = backendError(describe() + ": cancelled, the process group was destroyed before it ran");
+  } else if (Clock::now() > deadline_) {
+    error = backendError(
+        describe() + ": could not start within its " + std::to_string(timeout_.count()) +
+        " ms timeout (the ops queued before it took that long)");
+  } else {
+    try {
+#ifdef WITH_CUDA
+      if (cuda_) {
+        cuda_->ready.block(cuda_->stream);
+      }
+#endif
+      const OpContext ctx{*group_, op_, seq_, deadline_, timeout_, &later_};
+      body_(ctx, *this);
+#ifdef WITH_CUDA
+      if (cuda_ && !later_) {
+        cuda_->done.record(cuda_->stream);
+      }
+#endif
+    } catch (...) {
+      error = backendError(describe() + " failed: " + errorMessage(std::current_exception()));
+      later_ = nullptr;
+    }
+  }
+  body_ = nullptr;  // Drop the tensors the body captured.
+  if (later_) {
+    return;  // the WorkQueue polls it until it completes
+  }
+  finish(error);    // For a CUDA op, on its stream: the future records it.
+}
+
+bool WorkMpiAll::poll() {
+#ifdef WITH_CUDA
+  std::optional<c10::cuda::CUDAStreamGuard> onStream;
+  if (cuda_) {
+    onStream.emplace(cuda_->stream);  // staged results are copied back on the op's stream
+  }
+#endif
+  std::exception_ptr error;
+  try {
+    if (!later_()) {
+      return false;
+    }
+#ifdef WITH_CUDA
+    if (cuda_) {
+      cuda_->done.record(cuda_->stream);
+    }
+#endif
+  } catch (...) {
+    error = backendError(describe() + " failed: " + errorMessage(std::current_exception()));
+  }
+  later_ = nullptr;
+  finish(error);
+  return true;
+}
+
+void WorkMpiAll::finish(std::exception_ptr error) {
+  if (finishing_.exchange(true)) {
+    return;
+  }
+  if (error) {
+    future_->setError(error);
+  } else {
+    future_->markCompleted(outputs_);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    error_ = error;
+    completed_ = true;
+    done_.store(true, std::memory_order_release);
+  }
+  cv_.notify_all();
+}
+
+bool WorkMpiAll::isCompleted() {
+  return done_.load(std::memory_order_acquire);
+}
+
+bool WorkMpiAll::isSuccess() const {
+  return done_.load(std::memory_order_acquire) && !error_;
+}
+
+std::exception_ptr WorkMpiAll::exception() const {
+  return done_.load(std::memory_order_acquire) ? error_ : nullptr;
+}
+
+int WorkMpiAll::sourceRank() const {
+  TORCH_CHECK(
+      sourceRank_ >= 0,
+      describe(), ": sourceRank() is only known for a completed recv from any source");
+  return sourceRank_;
+}
+
+void WorkMpiAll::setSourceRank(int rank) {
+  sourceRank_ = rank;
+}
+
+std::vector<at::Tensor> WorkMpiAll::result() {
+  std::vector<at::Tensor> tensors;
+  collectTensors(outputs_, tensors);
+  return tensors;
+}
+
+bool WorkMpiAll::wait(std::chrono::milliseconds timeout) {
+  if (!done_.load(std::memory_order_acquire) &&
+      !spinUntil([this] { return done_.load(std::memory_order_acquire); }, kWaitSpin)) {
+    const bool useOwn = timeout <= kNoTimeout;  // 0 (no timeout given) or unset
+    const auto until = useOwn ? deadline_ : Clock::now() + timeout;
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!cv_.wait_until(lock, until, [this] { return done_.load(std::memory_order_acquire); })) {
+      lock.unlock();
+      const auto limit = useOwn ? timeout_ : timeout;
+      const std::exception_ptr error = backendError(
+          describe() + " did not complete within " + (useOwn ? "its " : "the ") +
+          std::to_string(limit.count()) + " ms timeout (a peer may have failed, or not called " +
+          op_ + ")");
+      if (!useOwn) {
+        std::rethrow_exception(error);
+      }
+      // The op's own timeout passed: it has failed, unless it completed just
+      // now, in which case whoever finished it first wins.
+      finish(error);
+      lock.lock();
+      cv_.wait(lock, [this] { return done_.load(std::memory_order_acquire); });
+    }
+  }
+  if (error_) {
+    std::rethrow_exception(error_);
+  }
+  synchronize();
+  return true;
+}
+
+void WorkMpiAll::synchronize() {
+#ifdef WITH_CUDA
+  if (cuda_ && done_.load(std::memory_order_acquire) && !error_) {
+    cuda_->done.block(c10::cuda::getCurrentCUDAStream(cuda_->device.index()));
+  }
+#endif
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> WorkMpiAll::getFuture() {
+  return future_;
+}
+
+uint64_t WorkMpiAll::getSequencenumber() const {
+  return seq_;
+}
+
+#if MPI_ALL_TORCH_2_14
+std::chrono::milliseconds WorkMpiAll::getTimeout() const {
+  return timeout_;
+}
+#endif
+
+// ---------------------------------------------------------------------------
+// BackendMpiAll
+
+namespace {
+
+std::shared_ptr<Group> makeGroup(const c10d::DistributedBackendOptions& options) {
+  auto group = std::make_shared<Group>();
+  group->backend = "mpi_all";
+  group->rank = options.group_rank;
+  group->size = options.group_size;
+  group->id = options.group_id;
+  group->globalRanks = options.global_ranks_in_group;
+  if (group->globalRanks.empty()) {  // the default group: global ranks are group ranks
+    for (int rank = 0; rank < group->size; ++rank) {
+      group->globalRanks.push_back(rank);
+    }
+  }
+  // Collective over the group's processes; the default group has no global ranks listed.
+  group->comm = std::make_shared<MpiComm>(
+      group->backend, group->globalRanks, group->rank, options.global_ranks_in_group.empty());
+  return group;
+}
+
+} // namespace
+
+BackendMpiAll::BackendMpiAll(const c10d::DistributedBackendOptions& options)
+    : c10d::Backend(options.group_rank, options.group_size),
+      group_(makeGroup(options)),
+      timeout_(std::chrono::duration_cast<std::chrono::milliseconds>(options.timeout)) {}
+
+BackendMpiAll::~BackendMpiAll() {
+  shutdown();
+}
+
+c10::intrusive_ptr<c10d::Backend> BackendMpiAll::create(
+    const c10d::DistributedBackendOptions& options) {
+  return c10::make_intrusive<BackendMpiAll>(options);
+}
+
+const std::string BackendMpiAll::getBackendName() const {
+  return "mpi_all";
+}
+
+void BackendMpiAll::shutdown() {
+  group_->aborted.store(true);
+  queue_.stop();
+  receives_.stop();
+}
+
+void BackendMpiAll::setSequenceNumberForGroup() {
+  // Every rank's count starts at 0 when the group is created: nothing to agree on.
+}
+
+uint64_t BackendMpiAll::getSequenceNumberForGroup() {
+  return collectives_.load();
+}
+
+void BackendMpiAll::abort() {
+  shutdown();
+}
+
+c10::intrusive_ptr<c10d::Work> BackendMpiAll::enqueue(
+    WorkQueue& queue,
+    c10d::OpType type,
+    const char* op,
+    std::chrono::milliseconds timeout,
+    c10::IValue outputs,
+    const c10::IValue& inputs,
+    WorkMpiAll::Body body) {
+  if (timeout == c10d::kUnsetTimeout) {
+    timeout = timeout_;
+  }
+  if (type != c10d::OpType::SEND && type != c10d::OpType::RECV &&
+      type != c10d::OpType::RECVANYSOURCE) {
+    collectives_.fetch_add(1);
+  }
+  std::shared_ptr<CudaOp> cuda = cudaOp(outputs, inputs);
+  auto work = c10::make_intrusive<WorkMpiAll>(
+      group_, type, op, timeout, std::move(outputs), std::move(body), std::move(cuda));
+  queue.push(work);
+  return work;
+}
+
+std::shared_ptr<CudaOp> BackendMpiAll::cudaOp(
+    const c10::IValue& outputs,
+    const c10::IValue& inputs) {
+#ifdef WITH_CUDA
+  std::vector<at::Tensor> tensors;
+  collectTensors(outputs, tensors);
+  collectTensors(inputs, tensors);
+  if (tensors.empty() || !tensors.front().is_cuda()) {
+    return nullptr;
+  }
+  const c10::Device device = tensors.front().device();
+  c10::Stream stream = [&] {
+    std::lock_guard<std::mutex> lock(streamsMutex_);
+    auto it = streams_.find(device.index());
+    if (it == streams_.end()) {
+      it = streams_.emplace(device.index(), c10::cuda::getStreamFromPool(false, device.index())).first;
+    }
+    return it->second;
+  }();
+  auto cuda = std::make_shared<CudaOp>(device, stream);
+  // The op starts when the caller's stream reaches this point.
+  cuda->ready.record(c10::cuda::getCurrentCUDAStream(device.index()));
+  // The caching allocator must not hand these tensors' memory to anyone else
+  // before the backend's stream is done with them.
+  for (const at::Tensor& t : tensors) {
+    c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), cuda->stream);
+  }
+  return cuda;
+#else
+  (void)outputs;
+  (void)inputs;
+  return nullptr;
+#endif
+}
+
+
+// Copies the root's tensor into the tensor of every rank.
+c10::intrusive_ptr<c10d::Work> BackendMpiAll::broadcast(
+    std::vector<at::Tensor>& tensors,
+    const c10d::BroadcastOptions& opts) {
+  const Check check(*group_, "broadcast");
+  at::Tensor& tensor = check.one(tensors, "tensors");
+  const int root = check.root(opts.rootRank, opts.rootTensor);
+  return enqueue(
+      queue_,
+      c10d::OpType::BROADCAST,
+      "broadcast",
+      opts.timeout,
+      tensors,
+      c10::IValue(),
+      [=](const OpContext& ctx, WorkMpiAll&) mutable {
+        ops::broadcast(ctx, tensor, root);
+      });
+}
+
+// Reduces the tensor of every rank; every rank gets the result.
+c10::intrusive_ptr<c10d::Work> BackendMpiAll::allreduce(
+    std::vector<at::Tensor>& tensors,
+    const c10d::AllreduceOptions& opts) {
+  const Check check(*group_, "allreduce");
+  at::Tensor& tensor = check.one(tensors, "tensors");
+  const Reduction op = check.reduction(opts.reduceOp, tensor);
+  return enqueue(
+      queue_,
+      c10d::OpType::ALLREDUCE,
+      "allreduce",
+      opts.timeout,
+      tensors,
+      c10::IValue(),
+      [=](const OpContext& ctx, WorkMpiAll&) mutable {
+        ops::allreduce(ctx, tensor, op);
+      });
+}
+
+// All-reduces several tensors as one operation.
+c10::intrusive_ptr<c10d::Work> BackendMpiAll::allreduce_coalesced(
+    std::vector<at::Tensor>& tensors,
+    const c10d::AllreduceCoalescedOptions& opts) {
+  const Check check(*group_, "allreduce_coalesced");
+  check.many(tensors, "tensors");
+  const Reduction op = check.reduction(opts.reduceOp, tensors.front());
+  return enqueue(
+      queue_,
+      c10d::OpType::ALLREDUCE_COALESCED,
+      "allreduce_coalesced",
+      opts.timeout,
+      tensors,
+      c10::IValue(),
+      [=](const OpContext& ctx, WorkMpiAll&) mutable {
+        ops::allreduce_coalesced(ctx, tensors, op);
+      });
+}
+
+// Reduces the tensor of every rank into the root's tensor.
+c10::intrusive_ptr<c10d::Work> BackendMpiAll::reduce(
+    std::vector<at::Tensor>& tensors,
+    const c10d::ReduceOptions& opts) {
+  const Check check(*group_, "reduce");
+  at::Tensor& tensor = check.one(tensors, "tensors");
+  const int root = check.root(opts.rootRank, opts.rootTensor);
+  const Reduction op = check.reduction(opts.reduceOp, tensor);
+  return enqueue(
+      queue_,
+      c10d::OpType::REDUCE,
+      "reduce",
+      opts.timeout,
+      tensors,
+      c10::IValue(),
+      [=](const OpContext& ctx, WorkMpiAll&) mutable {
+        ops::reduce(ctx, tensor, op, root);
+      });
+}
+
+// Gathers the tensor of every rank into a list on every rank.
+c10::intrusive_ptr<c10d::Work> BackendMpiAll::allgather(
+    std::vector<std::vector<at::Tensor>>& outputTensors,
+    std::vector<at::Tensor>& inputTensors,
+    const c10d::AllgatherOptions& opts) {
+  const Check check(*group_, "allgather");
+  const at::Tensor& input = check.one(inputTensors, "inputTensors");
+  std::vector<at::Tensor>& outputs = check.oneList(outputTensors, "outputTensors");
+  check.perRank(outputs, input, "outputTensors[0]");
+  return enqueue(
+      queue_,
+      c10d::OpType::ALLGATHER,
+      "allgather",
+      opts.timeout,
+      outputTensors,
+      inputTensors,
+      [=](const OpContext& ctx, WorkMpiAll&) mutable {
+        ops::allgather(ctx, outputs, input);
+      });
+}
+
+// Gathers the tensor of every rank into one flat tensor on every rank.
+#if MPI_ALL_TORCH_2_14
+c10::intrusive_ptr<c10d::Work> BackendMpiAll::all_gather_single(
+#else
+c10::intrusive_ptr<c10d::Work> BackendMpiAll::_allgather_base(
+#endif
+    at::Tensor& outputBuffer,
+    at::Tensor& inputBuffer,
+    const c10d::AllgatherOptions& opts) {
+  const Check check(*group_, "_allgather_base");
+  check.tensor(inputBuffer, "inputBuffer");
+  check.scaled(outputBuffer, inputBuffer, check.size(), "outputBuffer");
+  return enqueue(
+      queue_,
+      c10d::OpType::_ALLGATHER_BASE,
+      "_allgather_base",
+      opts.timeout,
+      std::vector<at::Tensor>{outputBuffer},
+      std::vector<at::Tensor>{inputBuffer},
+      [=](const OpContext& ctx, WorkMpiAll&) mutable {
+        ops::_allgather_base(ctx, outputBuffer, inputBuffer);
+      });
+}
+
+// All-gathers several tensors as one operation.
+c10::intrusive_ptr<c10d::Work> BackendMpiAll::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>& outputTensorLists,
+    std::vector<at::Tensor>& inputTensors,
+    const c10d::AllgatherOptions& opts) {
+  const Check check(*group_, "allgather_coalesced");
+  check.many(inputTensors, "inputTensors");
+  check.coalescedPerRank(outputTensorLists, inputTensors, "outputTensorLists");
+  return enqueue(
+      queue_,
+      c10d::OpType::ALLGATHER_COALESCED,
+      "allgather_coalesced",
+      opts.timeout,
+      outputTensorLists,
+      inputTensors,
+      [=](const OpContext& ctx, WorkMpiAll&) mutable {
+        ops::allgather_coalesced(ctx, outputTensorLists, inputTensors);
+      });
+}
+
+// Runs several flat all-gathers as one operation.
+#if MPI_ALL_TORCH_2_14
+c10::intrusive_ptr<c10d::Work> BackendMpiAll::all_gather_single_coalesced(
+#else
+c10::intrusive_ptr<c10d::Work> BackendMpiAll::allgather_into_tensor_coalesced(
+#endif
+    std::vector<at::Tensor>& outputs,
+    std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  const Check check(*group_, "allgather_into_tensor_coalesced");
+  check.many(inputs, "inputs");
+  check.scaledPairs(outputs, inputs, check.size(), "outputs");
+  return enqueue(
+      queue_,
+#if MPI_ALL_TORCH_2_14
+      c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED,
+#else
+      c10d::OpType::COALESCED,
+#endif
+      "allgather_into_tensor_coalesced",
+      opts.timeout,
+      outputs,
+      inputs,
+      [=](const OpContext& ctx, WorkMpiAll&) mutable {
+        ops::allgather_into_tensor_coalesced(ctx, outputs, inputs);
+      });
+}
+
+// Gathers the tensor of every rank into a list on the root.
+c10::intrusive_ptr<c10d::Work> BackendMpiAll::gather(
+    std::vector<std::vector<at::Tensor>>& outputTensors,
+    std::vector<at::Tensor>& inputTensors,
+    const c10d::GatherOptions& opts) {
+  const Check check(*group_, "gather");
+  const int root = check.root(opts.rootRank);
+  const at::Tensor& input = check.one(inputTensors, "inputTensors");
+  std::vector<at::Tensor> outputs = check.rootList(outputTensors, root, input, "outputTensors");
+  return enqueue(
+      queue_,
+      c10d::OpType::GATHER,
+      "gather",
+      opts.timeout,
+      outputTensors,
+      inputTensors,
+      [=](const OpContext& ctx, WorkMpiAll&) mutable {
+        ops::gather(ctx, outputs, input, root);
+      });
+}
+
+// Gathers the tensor of every rank into one flat tensor on the root.
+#if MPI_ALL_TORCH_2_14  // added in torch 2.14
+c10::intrusive_ptr<c10d::Work> BackendMpiAll::gather_single(
+    at::Tensor& outputBuffer,
+    at::Tensor& inputBuffer,
+    const c10d::GatherOptions& opts) {
+  const Check check(*group_, "gather_single");
+  const int root = check.root(opts.rootRank);
+  check.tensor(inputBuffer, "inputBuffer");
+  check.scaledOnRoot(outputBuffer, inputBuffer, root, "outputBuffer");
+  return enqueue(
+      queue_,
+      c10d::OpType::GATHER,
+      "gather_single",
+      opts.timeout,
+      std::vector<at::Tensor>{outputBuffer},
+      std::vector<at::Tensor>{inputBuffer},
+      [=](const OpContext& ctx, WorkMpiAll&) mutable {
+        ops::gather_single(ctx, outputBuffer, inputBuffer, root);
+      });
+}
+#endif
+
+// Sends the root's i-th tensor to rank i.
+c10::intrusive_ptr<c10d::Work> BackendMpiAll::scatter(
+    std::vector<at::Tensor>& outputTensors,
+    std::vector<std::vector<at::Tensor>>& inputTensors,
+    const c10d::ScatterOptions& opts) {
+  const Check check(*group_, "scatter");
+  const int root = check.root(opts.rootRank);
+  at::Tensor& output = check.one(outputTensors, "outputTensors");
+  const std::vector<at::Tensor> inputs = check.rootList(inputTensors, root, output, "inputTensors");
+  return enqueue(
+      queue_,
+      c10d::OpType::SCATTER,
+      "scatter",
+      opts.timeout,
+      outputTensors,
+      inputTensors,
+      [=](const OpContext& ctx, WorkMpiAll&) mutable {
+        ops::scatter(ctx, output, inputs, root);
+      });
+}
+
+// Reduces the i-th tensor of every rank into the output of rank i.
+c10::intrusive_ptr<c10d::Work> BackendMpiAll::reduce_scatter(
+    std::vector<at::Tensor>& outputTensors,
+    std::vector<std::vector<at::Tensor>>& inputTensors,
+    const c10d::ReduceScatterOptions& opts) {
+  const Check check(*group_, "reduce_scatter");
+  at::Tensor& output = check.one(outputTensors, "outputTensors");
+  const std::vector<at::Tensor>& inputs = check.oneList(inputTensors, "inputTensors");
+  check.perRank(inputs, output, "inputTensors[0]");
+  const Reduction op = check.reduction(opts.reduceOp, output);
+  return enqueue(
+      queue_,
+      c10d::OpType::REDUCE_SCATTER,
+      "reduce_scatter",
+      opts.timeout,
+      outputTensors,
+      inputTensors,
+      [=](const OpContext& ctx, WorkMpiAll&) mutable {
+        ops::reduce_scatter(ctx, output, inputs, op);
+      });
+}
+
+// Reduces one flat tensor of every rank; rank i keeps the i-th chunk.
+#if MPI_ALL_TORCH_2_14
+c10::intrusive_ptr<c10d::Work> BackendMpiAll::reduce_scatter_single(
+#else
+c10::intrusive_ptr<c10d::Work> BackendMpiAll::_reduce_scatter_base(
+#endif
+    at::Tensor& outputBuffer,
+    at::Tensor& inputBuffer,
+    const c10d::ReduceScatterOptions& opts) {
+  const Check check(*group_, "_reduce_scatter_base");
+  check.tensor(outputBuffer, "outputBuffer");
+  check.scaled(inputBuffer, outputBuffer, check.size(), "inputBuffer");
+  const Reduction op = check.reduction(opts.reduceOp, outputBuffer);
+  return enqueue(
+      queue_,
+      c10d::OpType::_REDUCE_SCATTER_BASE,
+      "_reduce_scatter_base",
+      opts.timeout,
+      std::vector<at::Tensor>{outputBuffer},
+      std::vector<at::Tensor>{inputBuffer},
+      [=](const OpContext& ctx, WorkMpiAll&) mutable {
+        ops::_reduce_scatter_base(ctx, outputBuffer, inputBuffer, op);
+      });
+}
+
+// Runs several flat reduce-scatters as one operation.
+#if MPI_ALL_TORCH_2_14
+c10::intrusive_ptr<c10d::Work> BackendMpiAll::reduce_scatter_single_coalesced(
+#else
+c10::intrusive_ptr<c10d::Work> BackendMpiAll::reduce_scatter_tensor_coalesced(
+#endif
+    std::vector<at::Tensor>& outputs,
+    std::vector<at::Tensor>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  const Check check(*group_, "reduce_scatter_tensor_coalesced");
+  check.many(outputs, "outputs");
+  check.scaledPairs(inputs, outputs, check.size(), "inputs");
+  const Reduction op = check.reduction(opts.reduceOp, outputs.front());
+  return enqueue(
+      queue_,
+      c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED,
+      "reduce_scatter_tensor_coalesced",
+      opts.timeout,
+      outputs,
+      inputs,
+      [=](const OpContext& ctx, WorkMpiAll&) mutable {
+        ops::reduce_scatter_tensor_coalesced(ctx, outputs, inputs, op);
+      });
+}
+
+// Every rank sends a slice of one flat tensor to every rank (splits may be uneven).
+#if MPI_ALL_TORCH_2_14
+c10::intrusive_ptr<c10d::Work> BackendMpiAll::all_to_all_single(
+#else
+c10::intrusive_ptr<c10d::Work> BackendMpiAll::alltoall_base(
+#endif
+    at::Tensor& outputBuffer,
+    at::Tensor& inputBuffer,
+    std::vector<int64_t>& outputSplitSizes,
+    std::vector<int64_t>& inputSplitSizes,
+    const c10d::AllToAllOptions& opts) {
+  const Check check(*group_, "alltoall_base");
+  check.tensor(inputBuffer, "inputBuffer");
+  check.tensor(outputBuffer, "outputBuffer");
+  check.sameDtype(outputBuffer, inputBuffer, "outputBuffer");
+  const std::vector<int64_t> outputSplits = check.splits(outputSplitSizes, outputBuffer, "outputSplitSizes");
+  const std::vector<int64_t> inputSplits = check.splits(inputSplitSizes, inputBuffer, "inputSplitSizes");
+  return enqueue(
+      queue_,
+      c10d::OpType::ALLTOALL_BASE,
+      "alltoall_base",
+      opts.timeout,
+      std::vector<at::Tensor>{outputBuffer},
+      std::vector<at::Tensor>{inputBuffer},
+      [=](const OpContext& ctx, WorkMpiAll&) mutable {
+        ops::alltoall_base(ctx, outputBuffer, inputBuffer, outputSplits, inputSplits);
+      });
+}
+
+// Every rank sends its i-th tensor to rank i.
+c10::intrusive_ptr<c10d::Work> BackendMpiAll::alltoall(
+    std::vector<at::Tensor>& outputTensors,
+    std::vector<at::Tensor>& inputTensors,
+    const c10d::AllToAllOptions& opts) {
+  const Check check(*group_, "alltoall");
+  check.perRankAnyShape(inputTensors, "inputTensors");
+  check.perRankAnyShape(outputTensors, "outputTensors");
+  check.sameDtype(outputTensors.front(), inputTensors.front(), "outputTensors");
+  return enqueue(
+      queue_,
+      c10d::OpType::ALLTOALL,
+      "alltoall",
+      opts.timeout,
+      outputTensors,
+      inputTensors,
+      [=](const OpContext& ctx, WorkMpiAll&) mutable {
+        ops::alltoall(ctx, outputTensors, inputTensors);
+      });
+}
+
+// Sends the tensor to one peer, matched by tag.
+c10::intrusive_ptr<c10d::Work> BackendMpiAll::send(
+    std::vector<at::Tensor>& tensors,
+    int dstRank,
+    int tag) {
+  const Check check(*group_, "send");
+  const at::Tensor& tensor = check.one(tensors, "tensors");
+  const int dst = check.peer(dstRank, "dstRank");
+  return enqueue(
+      queue_,
+      c10d::OpType::SEND,
+      "send",
+      c10d::kUnsetTimeout,
+      tensors,
+      c10::IValue(),
+      [=](const OpContext& ctx, WorkMpiAll&) mutable {
+        ops::send(ctx, tensor, dst, tag);
+      });
+}
+
+// Receives a tensor from one peer, matched by tag.
+c10::intrusive_ptr<c10d::Work> BackendMpiAll::recv(
+    std::vector<at::Tensor>& tensors,
+    int srcRank,
+    int tag) {
+  const Check check(*group_, "recv");
+  at::Tensor& tensor = check.one(tensors, "tensors");
+  const int src = check.peer(srcRank, "srcRank");
+  return enqueue(
+      receives_,
+      c10d::OpType::RECV,
+      "recv",
+      c10d::kUnsetTimeout,
+      tensors,
+      c10::IValue(),
+      [=](const OpContext& ctx, WorkMpiAll&) mutable {
+        ops::recv(ctx, tensor, src, tag);
+      });
+}
+
+// Receives a tensor from whichever peer sends first with the tag.
+c10::intrusive_ptr<c10d::Work> BackendMpiAll::recvAnysource(
+    std::vector<at::Tensor>& tensors,
+    int tag) {
+  const Check check(*group_, "recvAnysource");
+  at::Tensor& tensor = check.one(tensors, "tensors");
+  return enqueue(
+      receives_,
+      c10d::OpType::RECVANYSOURCE,
+      "recvAnysource",
+      c10d::kUnsetTimeout,
+      tensors,
+      c10::IValue(),
+      [=](const OpContext& ctx, WorkMpiAll& work) mutable {
+        work.setSourceRank(ops::recvAnysource(ctx, tensor, tag));
+      });
+}
+
+// Returns once every rank has entered it.
+c10::intrusive_ptr<c10d::Work> BackendMpiAll::barrier(
+    const c10d::BarrierOptions& opts) {
+  return enqueue(
+      queue_,
+      c10d::OpType::BARRIER,
+      "barrier",
+      opts.timeout,
+      std::vector<at::Tensor>{},
+      c10::IValue(),
+      [=](const OpContext& ctx, WorkMpiAll&) mutable {
+        ops::barrier(ctx);
+      });
+}
+
+} // namespace mpi_all_collectives

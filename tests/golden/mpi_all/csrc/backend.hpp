@@ -1,0 +1,324 @@
+// BackendMpiAll: a c10d::Backend registered with torch.distributed as "mpi_all".
+//
+// This is the plumbing every generated backend shares: argument checks, a work
+// queue served by one background thread, WorkMpiAll objects with real
+// state, timeouts, errors and shutdown. You should not need to edit it: the
+// collectives themselves are in ops.cpp.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <torch/version.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ops.hpp"
+
+// torch 2.14 renamed several collectives (_allgather_base became
+// all_gather_single, ...), kept the old names as deprecated aliases and added
+// gather_single. The backend overrides the canonical names of the torch it is
+// built against, and only the collectives that torch has.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 14)
+#define MPI_ALL_TORCH_2_14 1
+#else
+#define MPI_ALL_TORCH_2_14 0
+#endif
+
+namespace mpi_all_collectives {
+
+class WorkMpiAll;
+struct CudaOp;
+
+// Runs queued work in order on one background thread, started on first use
+// (never at import time, so processes forked after `import` are safe). A
+// backend has two: one for receives (recv, recvAnysource) and one for every
+// other op, so that a receive waiting for its sender never holds up the ops
+// queued after it, the matching send among them.
+//
+// Handing an op to another thread costs two thread wake-ups, which would
+// dominate small ops. So both sides spin briefly before they sleep: the worker
+// waits a few microseconds for the next op, the caller waits a few
+// microseconds for its op to finish. The worker's spin adapts to the gaps
+// between ops: it grows to catch ops that come in quick succession, up to
+// 100 us, and shrinks while they come further apart than that.
+class WorkQueue {
+ public:
+  WorkQueue() = default;
+  WorkQueue(const WorkQueue&) = delete;
+  WorkQueue& operator=(const WorkQueue&) = delete;
+  ~WorkQueue();
+
+  // Numbers `work` and queues it behind everything queued before it.
+  void push(const c10::intrusive_ptr<WorkMpiAll>& work);
+
+  // Fails the work that has not started, lets the running op return, and
+  // joins the thread. Later pushes fail at once. Safe to call twice.
+  void stop();
+
+ private:
+  void loop();
+  void spinForWork();
+  void adaptSpin(std::chrono::steady_clock::duration gap);
+  // Polls the ops in flight until none is left or another op is queued.
+  void progress();
+  // Polls each op in flight once; forgets those that completed.
+  void pollInFlight();
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<c10::intrusive_ptr<WorkMpiAll>> queue_;
+  std::atomic<size_t> queued_{0};  // queue_.size(), readable without the lock
+  uint64_t nextSeq_ = 0;
+  bool stopping_ = false;
+  bool sleeping_ = false;
+  std::chrono::steady_clock::time_point sleptAt_;
+  std::atomic<int64_t> spinNs_{50'000};  // how long the worker spins for work
+  // Ops whose bodies returned before they completed (OpContext::completeLater);
+  // only the worker thread touches it.
+  std::vector<c10::intrusive_ptr<WorkMpiAll>> inFlight_;
+  std::thread thread_;
+};
+
+// The Work handle torch.distributed returns for every op of this backend.
+class WorkMpiAll : public c10d::Work {
+ public:
+  // What the backend queues: the op body, run on the worker thread.
+  using Body = std::function<void(const OpContext&, WorkMpiAll&)>;
+
+  WorkMpiAll(
+      std::shared_ptr<Group> group,
+      c10d::OpType type,
+      const char* op,
+      std::chrono::milliseconds timeout,
+      c10::IValue outputs,
+      Body body,
+      std::shared_ptr<CudaOp> cuda);
+
+  bool isCompleted() override;
+  bool isSuccess() const override;
+  std::exception_ptr exception() const override;
+  int sourceRank() const override;
+  std::vector<at::Tensor> result() override;
+  // Blocks until the op is done. A timeout of zero means the op's own timeout
+  // (the process group's unless the call gave one); when it passes, raises a
+  // RuntimeError naming the backend, op, rank and timeout.
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  // For CUDA tensors: makes the caller's current stream wait for the op.
+  void synchronize() override;
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+  uint64_t getSequencenumber() const override;
+#if MPI_ALL_TORCH_2_14
+  std::chrono::milliseconds getTimeout() const override;
+#endif
+
+  // For recvAnysource: the group rank the message came from.
+  void setSourceRank(int rank);
+
+ private:
+  friend class WorkQueue;
+
+  // Runs the body on the worker thread and completes the future (unless the
+  // body completes it later: see inFlight()).
+  void run();
+  // Whether the body returned before the op completed (OpContext::completeLater).
+  bool inFlight() const {
+    return static_cast<bool>(later_);
+  }
+  // For an op in flight: true once it completed, or failed.
+  bool poll();
+  // Completes the op with `error` (nullptr for success). Only the first call
+  // counts: an op that timed out in wait() stays failed when its body returns.
+  void finish(std::exception_ptr error);
+  // Prefixes messages with the backend, rank, op and sequence number.
+  std::string describe() const;
+
+  const std::shared_ptr<Group> group_;
+  const char* const op_;
+  const std::chrono::milliseconds timeout_;
+  const std::chrono::steady_clock::time_point deadline_;
+  const c10::IValue outputs_;
+  Body body_;
+  std::function<bool()> later_;  // set by OpContext::completeLater
+  const std::shared_ptr<CudaOp> cuda_;  // null for CPU ops
+  uint64_t seq_ = 0;  // set by WorkQueue::push
+  int sourceRank_ = -1;
+  std::atomic<bool> finishing_{false};
+  std::atomic<bool> done_{false};
+  std::exception_ptr error_;  // written before done_ is set
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+class BackendMpiAll : public c10d::Backend {
+ public:
+  explicit BackendMpiAll(const c10d::DistributedBackendOptions& options);
+  ~BackendMpiAll() override;
+
+  // The creator torch.distributed calls for each process group (extended API).
+  static c10::intrusive_ptr<c10d::Backend> create(
+      const c10d::DistributedBackendOptions& options);
+
+  const std::string getBackendName() const override;
+  void shutdown() override;
+  void abort() override;
+
+  // The number of collectives (every op but send and receive) issued so far
+  // on this rank, the same on every rank of a group that issues them in the
+  // same order. TORCH_DISTRIBUTED_DEBUG=DETAIL wraps every backend in a
+  // ProcessGroupWrapper, which calls these to check that ranks agree on the
+  // collective they run; the count starts at 0 in every new group.
+  void setSequenceNumberForGroup() override;
+  uint64_t getSequenceNumberForGroup() override;
+
+  // The collectives of this backend. torch.distributed raises
+  // "Backend mpi_all does not support <op>" for every other one.
+  c10::intrusive_ptr<c10d::Work> broadcast(
+      std::vector<at::Tensor>& tensors,
+      const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(
+      std::vector<at::Tensor>& tensors,
+      const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors,
+      const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(
+      std::vector<at::Tensor>& tensors,
+      const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(
+      std::vector<std::vector<at::Tensor>>& outputTensors,
+      std::vector<at::Tensor>& inputTensors,
+      const c10d::AllgatherOptions& opts) override;
+#if MPI_ALL_TORCH_2_14
+  c10::intrusive_ptr<c10d::Work> all_gather_single(
+      at::Tensor& outputBuffer,
+      at::Tensor& inputBuffer,
+      const c10d::AllgatherOptions& opts) override;
+#else
+  c10::intrusive_ptr<c10d::Work> _allgather_base(
+      at::Tensor& outputBuffer,
+      at::Tensor& inputBuffer,
+      const c10d::AllgatherOptions& opts) override;
+#endif
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& outputTensorLists,
+      std::vector<at::Tensor>& inputTensors,
+      const c10d::AllgatherOptions& opts) override;
+#if MPI_ALL_TORCH_2_14
+  c10::intrusive_ptr<c10d::Work> all_gather_single_coalesced(
+      std::vector<at::Tensor>& outputs,
+      std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+#else
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs,
+      std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+#endif
+  c10::intrusive_ptr<c10d::Work> gather(
+      std::vector<std::vector<at::Tensor>>& outputTensors,
+      std::vector<at::Tensor>& inputTensors,
+      const c10d::GatherOptions& opts) override;
+#if MPI_ALL_TORCH_2_14  // added in torch 2.14
+  c10::intrusive_ptr<c10d::Work> gather_single(
+      at::Tensor& outputBuffer,
+      at::Tensor& inputBuffer,
+      const c10d::GatherOptions& opts) override;
+#endif
+  c10::intrusive_ptr<c10d::Work> scatter(
+      std::vector<at::Tensor>& outputTensors,
+      std::vector<std::vector<at::Tensor>>& inputTensors,
+      const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(
+      std::vector<at::Tensor>& outputTensors,
+      std::vector<std::vector<at::Tensor>>& inputTensors,
+      const c10d::ReduceScatterOptions& opts) override;
+#if MPI_ALL_TORCH_2_14
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_single(
+      at::Tensor& outputBuffer,
+      at::Tensor& inputBuffer,
+      const c10d::ReduceScatterOptions& opts) override;
+#else
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& outputBuffer,
+      at::Tensor& inputBuffer,
+      const c10d::ReduceScatterOptions& opts) override;
+#endif
+#if MPI_ALL_TORCH_2_14
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_single_coalesced(
+      std::vector<at::Tensor>& outputs,
+      std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override;
+#else
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs,
+      std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override;
+#endif
+#if MPI_ALL_TORCH_2_14
+  c10::intrusive_ptr<c10d::Work> all_to_all_single(
+      at::Tensor& outputBuffer,
+      at::Tensor& inputBuffer,
+      std::vector<int64_t>& outputSplitSizes,
+      std::vector<int64_t>& inputSplitSizes,
+      const c10d::AllToAllOptions& opts) override;
+#else
+  c10::intrusive_ptr<c10d::Work> alltoall_base(
+      at::Tensor& outputBuffer,
+      at::Tensor& inputBuffer,
+      std::vector<int64_t>& outputSplitSizes,
+      std::vector<int64_t>& inputSplitSizes,
+      const c10d::AllToAllOptions& opts) override;
+#endif
+  c10::intrusive_ptr<c10d::Work> alltoall(
+      std::vector<at::Tensor>& outputTensors,
+      std::vector<at::Tensor>& inputTensors,
+      const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(
+      std::vector<at::Tensor>& tensors,
+      int dstRank,
+      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(
+      std::vector<at::Tensor>& tensors,
+      int srcRank,
+      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(
+      std::vector<at::Tensor>& tensors,
+      int tag) override;
+  c10::intrusive_ptr<c10d::Work> barrier(
+      const c10d::BarrierOptions& opts) override;
+
+ private:
+  // Numbers the op, queues it on `queue` and returns its Work. `inputs` holds
+  // the tensors the op reads but does not write (None when it works in place).
+  c10::intrusive_ptr<c10d::Work> enqueue(
+      WorkQueue& queue,
+      c10d::OpType type,
+      const char* op,
+      std::chrono::milliseconds timeout,
+      c10::IValue outputs,
+      const c10::IValue& inputs,
+      WorkMpiAll::Body body);
+
+  // For an op on CUDA tensors: how it meets the caller's stream. Null for CPU.
+  std::shared_ptr<CudaOp> cudaOp(const c10::IValue& outputs, const c10::IValue& inputs);
+
+  const std::shared_ptr<Group> group_;
+  const std::chrono::milliseconds timeout_;
+  std::mutex streamsMutex_;
+  std::map<c10::DeviceIndex, c10::Stream> streams_;  // the backend's CUDA stream per device
+  std::atomic<uint64_t> collectives_{0};  // see getSequenceNumberForGroup
+  WorkQueue queue_;     // every op but the receives
+  WorkQueue receives_;  // recv and recvAnysource (the catalogue's queue = "receives")
+};
+
+} // namespace mpi_all_collectives

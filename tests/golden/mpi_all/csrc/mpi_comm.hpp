@@ -1,0 +1,190 @@
+// The MPI layer of the "mpi_all" backend: MPI's lifetime, one communicator
+// per process group, and MpiOp, the MPI requests of one op.
+//
+// MPI is initialised once per process, when the first process group is
+// created (never at import), at MPI_THREAD_MULTIPLE: every process group runs
+// its ops on a worker thread of its own, and groups are created on the
+// caller's thread meanwhile, so several threads call MPI at once. If the
+// program initialised MPI itself (mpi4py does at import), that level is
+// checked instead. mpi_all_collectives finalises MPI at exit if it initialised it.
+//
+// An op body starts non-blocking MPI calls (MPI_Iallreduce, MPI_Isend, ...) and
+// hands their requests to the worker thread with MpiOp::completeLater(); the
+// worker tests them (MPI_Test) between later ops, so ops overlap, and fails
+// the op when its deadline passes or the group is destroyed. MPI cannot cancel
+// a collective: a collective that was given up on keeps its buffers alive and
+// leaves its communicator unusable (later ops fail at once with that reason).
+//
+// Like ops.hpp this header includes only <ATen/core/Tensor.h>, and <mpi.h>.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <mpi.h>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+// Calls an MPI function and throws (naming it and MPI's error) unless it
+// returned MPI_SUCCESS: CHECK_MPI(MPI_Ibarrier(comm, &request)).
+#define CHECK_MPI(call) ::mpi_all_collectives::checkMpi((call), #call)
+
+namespace mpi_all_collectives {
+
+struct OpContext;
+enum class Reduction;
+class MpiUse;
+
+// Throws a c10::Error naming `call` (up to its first parenthesis) and MPI's
+// message for `code`, unless `code` is MPI_SUCCESS.
+void checkMpi(int code, const char* call);
+
+// The MPI datatype that carries a tensor of `dtype`, or MPI_DATATYPE_NULL.
+// Types MPI lacks (float16, bfloat16, float8...) travel as unsigned integers of
+// the same width.
+MPI_Datatype mpiDatatype(c10::ScalarType dtype);
+
+// The MPI_Op that performs `op` on `dtype`, or MPI_OP_NULL where there is
+// none. AVG is MPI_SUM (the op divides afterwards); float16 and bfloat16 use
+// ops of our own (MPI_Op_create) that compute in float.
+MPI_Op mpiReduction(Reduction op, c10::ScalarType dtype);
+
+// This process in MPI_COMM_WORLD, as {rank, size}; initialises MPI if needed.
+std::pair<int, int> mpiWorld();
+
+// `value` as rank 0 of MPI_COMM_WORLD has it (MPI_Bcast); initialises MPI if needed.
+std::string mpiBroadcast(const std::string& value);
+
+// Whether MPI is initialised and not finalised, by anyone.
+bool mpiInitialized();
+
+// Called at exit: finalises MPI if this backend initialised it. Ops still in
+// flight fail first. If MPI still owns buffers of ops that never completed
+// (a peer died or timed out), MPI_Finalize could block for ever: it is
+// skipped, with a warning on stderr.
+void finalizeMpi();
+
+// The MPI communicator of one process group.
+class MpiComm {
+ public:
+  // Creates the communicator whose rank i is MPI_COMM_WORLD's rank
+  // globalRanks[i] (MPI_Comm_create_group: collective over those processes
+  // only). `rank` is this process's rank in the group as torch.distributed
+  // numbers it; `isWorld` is true for the default group. Fails with a clear
+  // error if torch.distributed and MPI disagree on who this process is.
+  MpiComm(
+      const std::string& backend,
+      const std::vector<int64_t>& globalRanks,
+      int rank,
+      bool isWorld);
+  ~MpiComm();
+  MpiComm(const MpiComm&) = delete;
+  MpiComm& operator=(const MpiComm&) = delete;
+
+  MPI_Comm get() const {
+    return comm_;
+  }
+
+  // The largest tag MPI allows (MPI_TAG_UB).
+  int maxTag() const {
+    return maxTag_;
+  }
+
+  // Records that a collective of this group was given up on while MPI still
+  // ran it: the ranks no longer agree on which collective comes next, so
+  // every later op fails at once with `reason`.
+  void markUnusable(const std::string& reason);
+  // Throws if the communicator was marked unusable.
+  void checkUsable() const;
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int maxTag_ = 0;
+  mutable std::mutex mutex_;
+  std::string unusable_;  // why, once marked
+};
+
+// A tensor as MPI sees it: memory, element count and datatype. It is the
+// tensor's own memory when the tensor is contiguous and on the CPU; otherwise
+// a contiguous CPU copy (see MpiOp::in/out/inout).
+struct Buffer {
+  void* ptr = nullptr;
+  int count = 0;
+  MPI_Datatype type = MPI_DATATYPE_NULL;
+  size_t itemsize = 0;
+};
+
+// The MPI requests of one op, and what they need until they complete.
+//
+//   MpiOp mpi(ctx);
+//   const Buffer data = mpi.inout(tensor);
+//   CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, data.ptr, data.count, data.type,
+//                            MPI_SUM, mpi.comm(), mpi.request()));
+//   mpi.completeLater();
+//
+// Staging copies (for non-contiguous or non-CPU tensors) are written back to
+// the tensors when the requests complete. An MpiOp dropped before its
+// requests completed (an MPI call threw) keeps its buffers alive for MPI.
+class MpiOp {
+ public:
+  explicit MpiOp(const OpContext& ctx);
+  ~MpiOp();
+  MpiOp(const MpiOp&) = delete;
+  MpiOp& operator=(const MpiOp&) = delete;
+
+  MPI_Comm comm() const;
+
+  // A buffer MPI reads from.
+  Buffer in(const at::Tensor& tensor);
+  // A buffer MPI writes to; a staging copy is written back at completion.
+  Buffer out(const at::Tensor& tensor);
+  // The same, apart from `input`: MPI forbids a receive buffer that overlaps
+  // the send buffer, as in reduce_scatter_tensor(input.chunk(n)[rank], input),
+  // so then it is a staging copy.
+  Buffer out(const at::Tensor& tensor, const Buffer& input);
+  // A buffer MPI reads and writes.
+  Buffer inout(const at::Tensor& tensor);
+  // Several tensors of one dtype, one after the other, as one buffer: their
+  // own memory when they already lie back to back in one storage, else a
+  // staging copy. An empty list is an empty buffer (ptr == nullptr).
+  Buffer in(const std::vector<at::Tensor>& tensors);
+  Buffer out(const std::vector<at::Tensor>& tensors);
+
+  // A request of a collective (MPI cannot cancel it).
+  MPI_Request* request();
+  // A request of a send.
+  MPI_Request* sendRequest();
+  // A request of a receive into `into`: cancelled if given up on, and on
+  // completion the message must have filled `into` exactly.
+  MPI_Request* recvRequest(const Buffer& into);
+
+  // `tag` after checking it is one MPI allows (0..MPI_TAG_UB).
+  int tag(int tag) const;
+  // Keeps `values` (counts, offsets) alive until the requests complete, as
+  // non-blocking MPI calls require; returns their address.
+  const int* keep(std::vector<int> values);
+  // For AVG: divides `tensor` by the group size once the requests completed.
+  void divideIfAverage(Reduction op, const at::Tensor& tensor);
+
+  // Returns now; the worker thread completes the op when every request has
+  // completed, and fails it when the op's deadline passes or the group is
+  // destroyed first.
+  void completeLater();
+  // Waits here for every request instead; returns the status of the first.
+  MPI_Status wait();
+
+  struct State;
+
+ private:
+  const OpContext& ctx_;
+  std::unique_ptr<MpiUse> use_;  // MPI is not finalized while the body calls it
+  std::shared_ptr<State> state_;
+};
+
+} // namespace mpi_all_collectives

@@ -1,0 +1,150 @@
+// The interface between the backend's plumbing and its collectives.
+//
+// backend.cpp checks every call on the caller's thread, queues it, and runs it
+// on the backend's worker thread by calling one of the functions declared
+// here. ops.cpp defines them: that is where your library's calls go.
+//
+// This header includes nothing from c10d, only <ATen/core/Tensor.h>, so ops.cpp
+// rebuilds in seconds and does not change when c10d's Backend class does.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mpi_comm.hpp"
+
+namespace mpi_all_collectives {
+
+// The reduction of a reducing collective: c10d::ReduceOp without its headers.
+enum class Reduction { kSum, kAvg, kProduct, kMin, kMax, kBand, kBor, kBxor };
+
+// The name torch.distributed gives a reduction ("SUM", "AVG", ...).
+const char* reductionName(Reduction op);
+
+// The process group an op runs in. The backend creates one and shares it with
+// every op it runs; only `aborted` ever changes.
+struct Group {
+  std::string backend;               // the name registered with torch.distributed
+  int rank = 0;                      // this process's rank in the group
+  int size = 1;                      // number of ranks in the group
+  std::vector<int64_t> globalRanks;  // global rank of each rank of the group
+  std::string id;                    // torch.distributed's name for the group
+  std::atomic<bool> aborted{false};  // set when the group is destroyed
+  // The group's MPI communicator (see mpi_comm.hpp).
+  std::shared_ptr<MpiComm> comm;
+};
+
+// One op, as its body sees it.
+struct OpContext {
+  const Group& group;
+  const char* op;  // the op's name, e.g. "allreduce"
+  uint64_t seq;    // the op's number among this group's ops on this rank
+  std::chrono::steady_clock::time_point deadline;  // give up after this
+  std::chrono::milliseconds timeout;               // the op's timeout
+
+  // True once the op should give up: its deadline passed or the group was
+  // destroyed. Check it while waiting for peers.
+  bool expired() const {
+    return group.aborted.load(std::memory_order_relaxed) ||
+        std::chrono::steady_clock::now() > deadline;
+  }
+
+  // For a body that returns before its communication is done: the op
+  // completes when `done` returns true (or fails when it throws). The worker
+  // thread calls `done` between the group's later ops, so they overlap; `done`
+  // must give up itself when expired().
+  void completeLater(std::function<bool()> done) const {
+    *later = std::move(done);
+  }
+
+  std::function<bool()>* later;  // where completeLater() leaves `done`
+};
+
+// The element types and reductions this backend handles. They are checked on
+// the caller's thread before an op is queued, so a bad call fails at once.
+bool supportsDtype(c10::ScalarType dtype);
+bool supportsReduction(Reduction op, c10::ScalarType dtype);
+
+// The collectives. Each runs on the backend's worker thread, one at a time, in
+// the order they were called, after the plumbing checked its arguments: ranks
+// are ranks of the group and in range, and tensor counts, dtypes and sizes
+// match what the op needs on this rank. Throw (TORCH_CHECK) to fail the op;
+// the message reaches the caller as a RuntimeError naming the backend and op.
+//
+// Receives (recv, recvAnysource) are the exception: they run, in the order
+// they were called, on a second worker thread, at the same time as the other
+// ops. A receive waits for its sender, and a rank may post it before its own
+// send (irecv then isend, as batch_isend_irecv does); on the one thread it
+// would hold that send back and both ranks would wait forever. So a receive
+// body must be safe to run alongside any other op body.
+namespace ops {
+
+// Copies the root's tensor into the tensor of every rank.
+void broadcast(const OpContext& ctx, at::Tensor& tensor, int root);
+
+// Reduces the tensor of every rank; every rank gets the result.
+void allreduce(const OpContext& ctx, at::Tensor& tensor, Reduction op);
+
+// All-reduces several tensors as one operation.
+void allreduce_coalesced(const OpContext& ctx, std::vector<at::Tensor>& tensors, Reduction op);
+
+// Reduces the tensor of every rank into the root's tensor.
+void reduce(const OpContext& ctx, at::Tensor& tensor, Reduction op, int root);
+
+// Gathers the tensor of every rank into a list on every rank.
+void allgather(const OpContext& ctx, std::vector<at::Tensor>& outputs, const at::Tensor& input);
+
+// Gathers the tensor of every rank into one flat tensor on every rank.
+void _allgather_base(const OpContext& ctx, at::Tensor& output, const at::Tensor& input);
+
+// All-gathers several tensors as one operation.
+void allgather_coalesced(const OpContext& ctx, std::vector<std::vector<at::Tensor>>& outputs, const std::vector<at::Tensor>& inputs);
+
+// Runs several flat all-gathers as one operation.
+void allgather_into_tensor_coalesced(const OpContext& ctx, std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& inputs);
+
+// Gathers the tensor of every rank into a list on the root.
+void gather(const OpContext& ctx, std::vector<at::Tensor>& outputs, const at::Tensor& input, int root);
+
+// Gathers the tensor of every rank into one flat tensor on the root.
+void gather_single(const OpContext& ctx, at::Tensor& output, const at::Tensor& input, int root);
+
+// Sends the root's i-th tensor to rank i.
+void scatter(const OpContext& ctx, at::Tensor& output, const std::vector<at::Tensor>& inputs, int root);
+
+// Reduces the i-th tensor of every rank into the output of rank i.
+void reduce_scatter(const OpContext& ctx, at::Tensor& output, const std::vector<at::Tensor>& inputs, Reduction op);
+
+// Reduces one flat tensor of every rank; rank i keeps the i-th chunk.
+void _reduce_scatter_base(const OpContext& ctx, at::Tensor& output, const at::Tensor& input, Reduction op);
+
+// Runs several flat reduce-scatters as one operation.
+void reduce_scatter_tensor_coalesced(const OpContext& ctx, std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& inputs, Reduction op);
+
+// Every rank sends a slice of one flat tensor to every rank (splits may be uneven).
+void alltoall_base(const OpContext& ctx, at::Tensor& output, const at::Tensor& input, const std::vector<int64_t>& outputSplits, const std::vector<int64_t>& inputSplits);
+
+// Every rank sends its i-th tensor to rank i.
+void alltoall(const OpContext& ctx, std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& inputs);
+
+// Sends the tensor to one peer, matched by tag.
+void send(const OpContext& ctx, const at::Tensor& tensor, int dst, int tag);
+
+// Receives a tensor from one peer, matched by tag. (runs on the receive thread)
+void recv(const OpContext& ctx, at::Tensor& tensor, int src, int tag);
+
+// Receives a tensor from whichever peer sends first with the tag. (runs on the receive thread)
+int recvAnysource(const OpContext& ctx, at::Tensor& tensor, int tag);
+
+// Returns once every rank has entered it.
+void barrier(const OpContext& ctx);
+
+} // namespace ops
+} // namespace mpi_all_collectives

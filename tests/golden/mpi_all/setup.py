@@ -1,0 +1,151 @@
+"""Builds mpi_all_collectives, the "mpi_all" torch.distributed backend.
+
+    pip install --no-build-isolation .
+
+builds against the torch already installed (build isolation would fetch
+another torch, and the extension must match the one you run). The extension is
+a CUDAExtension when that torch is a CUDA build and the CUDA toolkit is found
+(CUDA_HOME, or nvcc on the PATH), or when FORCE_CUDA=1; otherwise a
+CppExtension. Whether this machine has a GPU does not matter.
+
+MPI comes from MPI_HOME (a folder with include/mpi.h and lib/libmpi.so) when
+it is set, else from an mpicc compiler wrapper: MPICC, the one `pip install
+mpich` puts beside this Python, or the first mpicc on the PATH (MPICH, Open
+MPI, Intel MPI, MVAPICH). The extension remembers where libmpi is (rpath).
+"""
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from setuptools import setup
+from torch.utils import cpp_extension
+
+ROOT = Path(__file__).parent.resolve()
+
+NO_MPI = """no MPI library found. Install one, then build again:
+
+    pip install mpich                 # MPICH from the package index, into this environment
+
+or point the build at an MPI installed on this machine:
+
+    MPI_HOME=/opt/mpi pip install --no-build-isolation .    # has include/mpi.h, lib/libmpi.so
+    MPICC=/opt/mpi/bin/mpicc pip install --no-build-isolation .
+
+(Debian and Ubuntu: apt install libmpich-dev or libopenmpi-dev; clusters: module load mpi)"""
+
+
+@dataclass
+class Mpi:
+    """How to compile and link against one MPI library."""
+
+    source: str
+    include_dirs: list = field(default_factory=list)
+    library_dirs: list = field(default_factory=list)
+    libraries: list = field(default_factory=list)
+    compile_args: list = field(default_factory=list)
+    link_args: list = field(default_factory=list)
+
+
+def mpi_from_home(home: Path) -> Mpi:
+    include = home / "include"
+    if not (include / "mpi.h").is_file():
+        sys.exit(f"error: MPI_HOME={home} has no include/mpi.h\n\n{NO_MPI}")
+    libdir = next((d for d in (home / "lib64", home / "lib") if list(d.glob("libmpi.*"))), None)
+    if libdir is None:
+        sys.exit(f"error: MPI_HOME={home} has no lib/libmpi.so\n\n{NO_MPI}")
+    return Mpi(f"MPI_HOME={home}", [str(include)], [str(libdir)], ["mpi"], [], [f"-Wl,-rpath,{libdir}"])
+
+
+def mpi_from_wrapper(mpicc: str) -> Mpi | None:
+    """The flags an mpicc wrapper adds: `-show` (MPICH and friends) or `--showme` (Open MPI)."""
+    for flag in ("-show", "--showme"):
+        try:
+            done = subprocess.run([mpicc, flag], capture_output=True, text=True, timeout=60)
+        except OSError:
+            return None
+        words = shlex.split(done.stdout)
+        if done.returncode == 0 and any(w.startswith(("-l", "-L", "-I")) for w in words):
+            break
+    else:
+        return None
+    mpi = Mpi(mpicc)
+    for word in words[1:]:  # words[0] is the compiler it wraps
+        if word.startswith("-I"):
+            mpi.include_dirs.append(word[2:])
+        elif word.startswith("-L"):
+            mpi.library_dirs.append(word[2:])
+            if not any("rpath" in w for w in words):  # so that the extension finds libmpi
+                mpi.link_args.append(f"-Wl,-rpath,{word[2:]}")
+        elif word.startswith("-l"):
+            mpi.libraries.append(word[2:])
+        elif word == "-pthread":
+            mpi.compile_args.append(word)
+            mpi.link_args.append(word)
+        elif word.startswith("-D"):
+            mpi.compile_args.append(word)
+        elif word.startswith("-"):
+            mpi.link_args.append(word)  # -Wl,-rpath and the like
+    return mpi
+
+
+def find_mpi() -> Mpi:
+    """MPI_HOME, else the first mpicc that answers; exits with how to get MPI otherwise."""
+    if os.environ.get("MPI_HOME"):
+        return mpi_from_home(Path(os.environ["MPI_HOME"]))
+    here = [Path(sys.executable).parent / "mpicc", Path(sysconfig.get_path("scripts")) / "mpicc"]
+    candidates = [os.environ.get("MPICC"), *(str(p) for p in here if p.is_file()), shutil.which("mpicc")]
+    for mpicc in dict.fromkeys(c for c in candidates if c):
+        mpi = mpi_from_wrapper(mpicc)
+        if mpi is not None:
+            return mpi
+    sys.exit(f"error: {NO_MPI}")
+
+
+def build_with_cuda() -> bool:
+    """CUDA support follows the torch being built against, never the GPU present."""
+    if os.environ.get("FORCE_CUDA", "0") == "1":
+        return True
+    return torch.version.cuda is not None and cpp_extension.CUDA_HOME is not None
+
+
+def get_extensions():
+    with_cuda = build_with_cuda()
+    # bindings.cpp (pybind11) takes longest: start it first.
+    sources = sorted(
+        (str(path.relative_to(ROOT)) for path in (ROOT / "csrc").glob("*.cpp")),
+        key=lambda source: (not source.endswith("bindings.cpp"), source),
+    )
+    extension = cpp_extension.CUDAExtension if with_cuda else cpp_extension.CppExtension
+    mpi = find_mpi()
+    print(f"mpi_all_collectives: building against the MPI of {mpi.source}")
+    return [
+        extension(
+            name="mpi_all_collectives._C",
+            sources=sources,
+            include_dirs=[str(ROOT / "csrc"), *mpi.include_dirs],
+            library_dirs=mpi.library_dirs,
+            libraries=mpi.libraries,
+            extra_link_args=mpi.link_args,
+            define_macros=[("WITH_CUDA", None)] if with_cuda else [],
+            # No debug info (-g0): it triples the compile time of torch's headers.
+            extra_compile_args={"cxx": ["-O2", "-g0", *mpi.compile_args], "nvcc": ["-O2"]},
+        )
+    ]
+
+
+# ninja compiles the sources in parallel; more jobs than cores only slows
+# each of them down.
+cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+os.environ.setdefault("MAX_JOBS", str(cores or 1))
+
+setup(
+    ext_modules=get_extensions(),
+    cmdclass={"build_ext": cpp_extension.BuildExtension},
+)

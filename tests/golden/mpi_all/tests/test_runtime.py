@@ -1,0 +1,105 @@
+"""The runtime around the ops: rendezvous methods, MPI's lifetime, mpirun, shutdown.
+
+Every cluster here is started by mpirun. torchrun and multiprocessing's spawn
+and fork cannot start an MPI job (each process would be an MPI world of its
+own), so instead of the fork and torchrun tests of other backends there are
+MPI ones: a lone process initialises MPI lazily, and mpirun launches work
+with the helper and with a plain init_process_group.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cases import OPS
+from harness import Cluster, free_port, mpirun_command
+
+import mpi_all_collectives  # noqa: F401  (imported before forking, on purpose)
+
+HERE = Path(__file__).resolve().parent
+
+
+def run_every_op(cluster: Cluster) -> None:
+    """Every op's case; an op this torch lacks (a newer one added it) is passed over."""
+    for op in sorted(OPS):
+        try:
+            cluster.run(op)
+        except pytest.skip.Exception as skip:
+            if "a newer torch" not in str(skip):
+                raise
+
+
+@pytest.mark.parametrize("init", ["env", "file", "store"])
+def test_rendezvous_methods(init, tmp_path):
+    """env://, file:// and an explicit store= (tcp:// is what every other test uses)."""
+    cluster = Cluster(2, init=init, scratch=str(tmp_path))
+    try:
+        run_every_op(cluster)
+    finally:
+        cluster.close()
+
+
+def test_destroy_process_group_with_pending_work():
+    cluster = Cluster(3)
+    try:
+        cluster.run("destroy_pending")
+    finally:
+        cluster.kill()  # the group is gone: this cluster is done
+
+
+def test_mpi_is_initialised_by_the_first_process_group_not_at_import():
+    """Import leaves MPI alone; the first group initialises it; exit finalises it.
+
+    A lone process (no mpirun) is an MPI world of one.
+    """
+    code = """
+import torch, torch.distributed as dist, mpi_all_collectives
+assert not mpi_all_collectives._C.mpi_initialized(), "MPI was initialised at import"
+dist.init_process_group("mpi_all", store=dist.HashStore(), rank=0, world_size=1)
+assert mpi_all_collectives._C.mpi_initialized()
+t = torch.ones(3)
+dist.all_reduce(t)
+assert t.tolist() == [1.0, 1.0, 1.0], t
+dist.destroy_process_group()
+print("ok")
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stdout + result.stderr
+    assert "MPI_Finalize" not in result.stderr, result.stderr  # finalised, without a warning
+
+
+def mpirun(ranks: int, *args: str, env=None) -> subprocess.CompletedProcess:
+    """``mpirun -n RANKS python tests/launched.py ARGS``."""
+    command = [*mpirun_command(), "-n", str(ranks), sys.executable, str(HERE / "launched.py"), *args]
+    env = dict(env or os.environ, PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_under_mpirun_with_init_process_group_from_mpi():
+    """mpirun -n 3 python train.py, where train.py calls mpi_all_collectives.init_process_group_from_mpi().
+
+    Nothing is set by hand: rank 0 broadcasts its host and a free port with MPI.
+    """
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")}
+    result = mpirun(3, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("ops passed") == 3, result.stdout + result.stderr
+
+
+def test_under_mpirun_with_a_plain_init_process_group():
+    """init_process_group("mpi_all", rank=..., world_size=...) with MASTER_ADDR and MASTER_PORT set."""
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    result = mpirun(3, "--plain", env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("ops passed") == 3, result.stdout + result.stderr
+
+
+def test_ranks_that_torch_and_mpi_number_differently_get_a_clear_error():
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    result = mpirun(2, "--swap-ranks", env=env)
+    assert result.returncode != 0, result.stdout + result.stderr
+    output = result.stdout + result.stderr
+    assert "this process is rank 1 of 2 for torch.distributed but rank 0 of 2 in MPI_COMM_WORLD" in output, output
+
