@@ -11,8 +11,6 @@ import {{ p.package }}
 WORLD_SIZES = {{ "[2, 3]" if p.impl == "dummy" else "[2, 3, 4]" }}
 
 
-
-
 def pytest_collection_modifyitems(config, items):
     """A backend registered for CUDA only needs a GPU for every test that runs ranks."""
     if "cpu" in {{ p.package }}.DEVICES or torch.cuda.is_available():

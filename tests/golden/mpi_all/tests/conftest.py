@@ -10,8 +10,6 @@ import mpi_all_collectives
 WORLD_SIZES = [2, 3, 4]
 
 
-
-
 def pytest_collection_modifyitems(config, items):
     """A backend registered for CUDA only needs a GPU for every test that runs ranks."""
     if "cpu" in mpi_all_collectives.DEVICES or torch.cuda.is_available():

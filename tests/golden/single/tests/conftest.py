@@ -10,8 +10,6 @@ import single_collectives
 WORLD_SIZES = [2, 3]
 
 
-
-
 def pytest_collection_modifyitems(config, items):
     """A backend registered for CUDA only needs a GPU for every test that runs ranks."""
     if "cpu" in single_collectives.DEVICES or torch.cuda.is_available():

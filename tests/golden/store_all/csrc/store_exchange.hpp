@@ -98,7 +98,13 @@ class StoreExchange {
   void put(const std::string& key, const at::Tensor& tensor);
   void await(const OpContext& ctx, const std::vector<std::string>& keys, const std::vector<int>& fromRanks);
   void await(const OpContext& ctx, Channel& channel, const std::vector<std::string>& keys, const std::vector<int>& fromRanks);
-  void dropWhenAllRead(const std::string& counter, int64_t readers, const std::vector<std::string>& keys);
+  // Counts this rank's read of `keys` (messages of `bytes` bytes each); the
+  // last of `readers` deletes them.
+  void dropWhenAllRead(
+      const std::string& counter,
+      int64_t readers,
+      const std::vector<std::string>& keys,
+      size_t bytes);
 
   c10::intrusive_ptr<c10d::Store> store_;  // the backend's store, for abort()
   Channel ops_;                            // the worker thread's

@@ -2,6 +2,7 @@
 
 import pytest
 from cases import OPS
+from harness import Cluster
 
 import store_all_collectives
 
@@ -34,6 +35,16 @@ def test_op_in_subgroups(cluster, op):
     groups = [(0, 2)] if cluster.world_size == 3 else [(0, 2), (1, 2, 3)]
     for ranks in groups:
         cluster.run(op, subgroup_ranks=ranks, root_index=-1)
+
+
+def test_ops_on_large_tensors():
+    """Tensors of 10 MiB each: more than one message of many transports holds
+    (a TCPStore value, for one, is at most 8 MiB)."""
+    cluster = Cluster(2)
+    try:
+        cluster.run_each(sorted(OPS), n=10 * 2**20 // 4)
+    finally:
+        cluster.close()
 
 
 def test_ops_from_several_python_threads(cluster):
