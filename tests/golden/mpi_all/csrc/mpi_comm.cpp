@@ -9,10 +9,18 @@
 #include <chrono>
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <shared_mutex>
 #include <thread>
+
+#ifdef WITH_CUDA
+#include <c10/cuda/CUDAStream.h>
+#if __has_include(<mpi-ext.h>)
+#include <mpi-ext.h>  // Open MPI: MPIX_Query_cuda_support
+#endif
+#endif
 
 #include "ops.hpp"
 
@@ -31,6 +39,7 @@ struct MpiOp::State {
   std::vector<std::pair<at::Tensor, std::vector<at::Tensor>>> writeBacks;  // staging -> tensors
   std::vector<std::function<void()>> then;  // run after the write-backs
   std::deque<std::vector<int>> arrays;      // counts and offsets MPI reads meanwhile
+  bool streamSynced = false;  // the op's CUDA stream was synchronised (CUDA-aware MPI)
   bool counted = false;    // counted in Runtime::pending
   bool complete = false;   // every request completed
   bool abandoned = false;  // given up on (see abandon())
@@ -54,6 +63,7 @@ struct Runtime {
   std::atomic<int64_t> pending{0};  // ops whose requests have not all completed
   std::vector<std::shared_ptr<MpiOp::State>> abandoned;  // given up on; MPI may still use them
   MPI_Op halfOps[2][4] = {};    // [float16, bfloat16][sum, product, min, max]
+  bool cudaAware = false;       // MPI reads and writes CUDA memory itself
 };
 
 Runtime& runtime() {
@@ -110,6 +120,29 @@ void createHalfOps(MPI_Op (&ops)[4]) {
   CHECK_MPI(MPI_Op_create(&combine<T, Max>, /*commute=*/1, &ops[3]));
 }
 
+// Whether this MPI library reads and writes CUDA memory itself (a CUDA-aware
+// build), asked at run time: MPICH 4 and later, and Open MPI, can tell.
+// MPI_ALL_MPI_CUDA_AWARE=0 stages CUDA tensors through host memory anyway.
+bool queryCudaAware() {
+#ifdef WITH_CUDA
+  const char* setting = std::getenv("MPI_ALL_MPI_CUDA_AWARE");
+  if (setting != nullptr && std::strcmp(setting, "0") == 0) {
+    return false;
+  }
+#if defined(MPIX_GPU_SUPPORT_CUDA)
+  int supported = 0;
+  return MPIX_GPU_query_support(MPIX_GPU_SUPPORT_CUDA, &supported) == MPI_SUCCESS &&
+      supported != 0;
+#elif defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
+  return MPIX_Query_cuda_support() == 1;
+#else
+  return false;
+#endif
+#else
+  return false;
+#endif
+}
+
 // Initialises MPI once per process, at MPI_THREAD_MULTIPLE; or checks the
 // level the program initialised it with.
 void ensureInitialized() {
@@ -145,6 +178,7 @@ void ensureInitialized() {
                 "initialize it (mpi4py: mpi4py.rc.thread_level = \"multiple\")");
   createHalfOps<c10::Half>(rt.halfOps[0]);
   createHalfOps<c10::BFloat16>(rt.halfOps[1]);
+  rt.cudaAware = queryCudaAware();
   rt.initialized = true;
 }
 
@@ -199,11 +233,22 @@ inline void cpuRelax() {
 #endif
 }
 
+// Whether MPI can use the tensor's own memory: a contiguous CPU tensor; or a
+// contiguous CUDA tensor when MPI is CUDA-aware, except float16 and bfloat16,
+// whose reductions are functions run on the host.
 bool canUseInPlace(const at::Tensor& tensor) {
-  return tensor.is_cpu() && tensor.is_contiguous();
+  if (!tensor.is_contiguous()) {
+    return false;
+  }
+  if (tensor.is_cuda()) {
+    return runtime().cudaAware && tensor.scalar_type() != at::kHalf &&
+        tensor.scalar_type() != at::kBFloat16;
+  }
+  return tensor.is_cpu();
 }
 
-// Whether `tensors` lie one after the other, in order, in one CPU storage.
+// Whether `tensors` lie one after the other, in order, in one storage that
+// MPI can use directly.
 bool backToBack(const std::vector<at::Tensor>& tensors) {
   const at::Tensor& first = tensors.front();
   const char* next = static_cast<const char*>(first.data_ptr());
@@ -231,6 +276,19 @@ int checkedCount(int64_t numel) {
       numel <= INT_MAX,
       "a buffer of ", numel, " elements is more than one MPI call can count (2^31 - 1)");
   return static_cast<int>(numel);
+}
+
+// Keeps `tensor` alive for MPI, which uses its memory directly. MPI knows
+// nothing of CUDA streams: before it touches a CUDA tensor, the work queued on
+// the op's stream (the current stream here) must have finished.
+void useDirectly(MpiOp::State& state, const at::Tensor& tensor) {
+#ifdef WITH_CUDA
+  if (tensor.is_cuda() && !state.streamSynced) {
+    c10::cuda::getCurrentCUDAStream(tensor.device().index()).synchronize();
+    state.streamSynced = true;
+  }
+#endif
+  state.tensors.push_back(tensor);
 }
 
 Buffer bufferOver(const at::Tensor& memory, int64_t numel, c10::ScalarType dtype) {
@@ -615,14 +673,18 @@ MPI_Comm MpiOp::comm() const {
 }
 
 Buffer MpiOp::in(const at::Tensor& tensor) {
-  const at::Tensor memory = canUseInPlace(tensor) ? tensor : tensor.cpu().contiguous();
+  if (canUseInPlace(tensor)) {
+    useDirectly(*state_, tensor);
+    return bufferOver(tensor, tensor.numel(), tensor.scalar_type());
+  }
+  const at::Tensor memory = tensor.cpu().contiguous();
   state_->tensors.push_back(memory);
   return bufferOver(memory, memory.numel(), tensor.scalar_type());
 }
 
 Buffer MpiOp::out(const at::Tensor& tensor) {
   if (canUseInPlace(tensor)) {
-    state_->tensors.push_back(tensor);
+    useDirectly(*state_, tensor);
     return bufferOver(tensor, tensor.numel(), tensor.scalar_type());
   }
   const at::Tensor staged = tensor.new_empty(tensor.sizes(), tensor.options().device(at::kCPU));
@@ -645,7 +707,7 @@ Buffer MpiOp::out(const at::Tensor& tensor, const Buffer& input) {
 
 Buffer MpiOp::inout(const at::Tensor& tensor) {
   if (canUseInPlace(tensor)) {
-    state_->tensors.push_back(tensor);
+    useDirectly(*state_, tensor);
     return bufferOver(tensor, tensor.numel(), tensor.scalar_type());
   }
   const at::Tensor staged = tensor.cpu().contiguous();
@@ -660,7 +722,9 @@ Buffer MpiOp::in(const std::vector<at::Tensor>& tensors) {
   const int64_t total = totalNumel(tensors);
   const at::Tensor& first = tensors.front();
   if (backToBack(tensors)) {
-    state_->tensors.insert(state_->tensors.end(), tensors.begin(), tensors.end());
+    for (const at::Tensor& tensor : tensors) {
+      useDirectly(*state_, tensor);
+    }
     return bufferOver(first, total, first.scalar_type());
   }
   const at::Tensor staged = first.new_empty({total}, first.options().device(at::kCPU));
@@ -680,7 +744,9 @@ Buffer MpiOp::out(const std::vector<at::Tensor>& tensors) {
   const int64_t total = totalNumel(tensors);
   const at::Tensor& first = tensors.front();
   if (backToBack(tensors)) {
-    state_->tensors.insert(state_->tensors.end(), tensors.begin(), tensors.end());
+    for (const at::Tensor& tensor : tensors) {
+      useDirectly(*state_, tensor);
+    }
     return bufferOver(first, total, first.scalar_type());
   }
   const at::Tensor staged = first.new_empty({total}, first.options().device(at::kCPU));
