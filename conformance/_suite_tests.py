@@ -16,7 +16,8 @@ sets these variables and then imports the module:
   PYTORCH_SUITE_START    how ranks start: "forkserver" (the default: ranks fork
                          from a server process that imported this module once),
                          "spawn" (PyTorch's own way: every rank imports torch
-                         and this module afresh) or "fork" (from the runner)
+                         and this module afresh) or "fork" (from the runner);
+                         "mpirun" under --launcher mpirun (TestInProcess)
   PYTORCH_SUITE_GROUP_TESTS  "1": run the subgroup tests PyTorch skips below
                          world size 8 (see _unwrap_small_world)
   PYTORCH_SUITE_NO_EXCEPTIONS  "1": run the tests on EXCEPTIONS too (their
@@ -25,6 +26,10 @@ sets these variables and then imports the module:
                          rank (unset: the ranks write to the terminal)
   TEMP_DIR, INIT_METHOD  what distributed_test.py reads; set here when missing
                          (TestDistBackend.setUp makes a fresh TEMP_DIR per test)
+
+Under ``--launcher mpirun`` no rank is spawned per test: mpirun starts
+WORLD_SIZE copies of pytorch_suite.py, and each imports this module, joins one
+process group and runs every test in ``TestInProcess``.
 
 The order matters, and follows the recipe torch_ucc used for its plugin: import
 the package (registers the backend), then add the backend to
@@ -42,6 +47,7 @@ import sys
 import tempfile
 import types
 import unittest
+from datetime import timedelta
 
 # --------------------------------------------------------------------------
 # What the harness runs: the collective, point-to-point and group tests of
@@ -130,6 +136,26 @@ EXCEPTIONS: dict[str, str] = {
     "test_monitored_barrier_allreduce_hang_wait_all_ranks": (
         "monitored_barrier is a gloo-only debugging API, outside the catalogue"
     ),
+}
+
+# Tests that cannot run in-process (--launcher mpirun), where every test of a
+# run shares one process per rank and one default process group, as PyTorch
+# ran this suite for its MPI backend. The harness skips them there, with the
+# reason.
+_CLOSES_GLOO = (
+    "ranks fail a monitored_barrier on the default process group on purpose, which leaves "
+    "gloo's connections closed for every later test (gloo only: a plugin skips it as an "
+    "exception)"
+)
+IN_PROCESS_SKIPS: dict[str, str] = {
+    "test_barrier_timeout_global": (
+        "destroys the default process group and re-creates it with a 1 s timeout, then "
+        "leaves a barrier only rank 0 joined on it: the tests after it would inherit both "
+        "(PyTorch skipped it for MPI: 'Only gloo backend supports timeouts')"
+    ),
+    "test_monitored_barrier_gloo": _CLOSES_GLOO,
+    "test_monitored_barrier_failure_order": _CLOSES_GLOO,
+    "test_monitored_barrier_wait_all_ranks": _CLOSES_GLOO,
 }
 
 # The CI subset: a few tests per family, chosen to cover every collective, the
@@ -246,9 +272,11 @@ if BACKEND not in dist.Backend.backend_list:
     )
 
 from torch.testing._internal.common_distributed import (  # noqa: E402
+    TEST_SKIPS,
     DistTestCases,
     skip_if_small_worldsize,
 )
+from torch.testing._internal.common_utils import TestCase  # noqa: E402
 
 if IS_PLUGIN:
     DistTestCases.backend_feature["plugin"].add(BACKEND)
@@ -264,6 +292,7 @@ from torch.testing._internal.distributed import distributed_test  # noqa: E402
 from torch.testing._internal.distributed.distributed_test import (  # noqa: E402
     DistributedTest,
     TestDistBackend,
+    default_pg_timeout,
 )
 
 
@@ -403,6 +432,95 @@ class TestBackendConformance(TestDistBackend, DistributedTest._DistTestBase):
         super()._run(rank, test_name, file_name, pipe, **kwargs)
 
 
+class RankSync:
+    """Keeps the ranks of an mpirun run in step through a TCPStore.
+
+    Every rank posts a value under a key and waits for everyone's. It needs no
+    process group, so it works whatever state a failed test left them in; keys
+    are never reused, so ranks that fell out of step in one test (one failed
+    before a barrier the others reached) are back in step at the next key.
+    """
+
+    def __init__(self, store: dist.Store, rank: int, world_size: int) -> None:
+        self.store = store
+        self.rank = rank
+        self.world_size = world_size
+
+    def exchange(self, key: str, value: str, timeout: float) -> list[str]:
+        """Every rank's `value` for `key`, in rank order.
+
+        Raises TimeoutError naming the ranks that did not post it within
+        `timeout` seconds.
+        """
+        keys = [f"{key}/{r}" for r in range(self.world_size)]
+        self.store.set(keys[self.rank], value)
+        try:
+            self.store.wait(keys, timedelta(seconds=timeout))
+        except RuntimeError:  # DistStoreError: some rank did not post in time
+            missing = [r for r, k in enumerate(keys) if not self.store.check([k])]
+            if missing:
+                raise TimeoutError(
+                    f"rank(s) {', '.join(map(str, missing))} did not reach {key} "
+                    f"within {timeout:.0f} s"
+                ) from None
+        return [self.store.get(k).decode() for k in keys]
+
+
+SKIP_EXIT_CODES = {skip.exit_code: skip.message for skip in TEST_SKIPS.values()}
+
+
+class TestInProcess(TestCase, DistributedTest._DistTestBase):
+    """The same tests, run in this process on the process group it joined.
+
+    This is how PyTorch ran DistributedTest for MPI (``mpiexec -n 3`` of a
+    ``TestCase, _DistTestBase`` class): the runner (pytorch_suite.py, under
+    --launcher mpirun) initialises the default group once and runs the tests
+    in the same order on every rank, setting ``sync`` and ``key`` first.
+    """
+
+    sync: RankSync | None = None  # set by the runner
+    key = ""  # a prefix unique to this test in this run, set by the runner
+
+    def setUp(self) -> None:
+        super().setUp()  # seeds the RNGs alike on every rank, as spawned ranks are
+        self.rank = dist.get_rank()
+        self._barriers = 0
+        self._environ = dict(os.environ)
+
+    def tearDown(self) -> None:
+        # Tests set variables they do not reset (@with_dist_debug_levels leaves
+        # TORCH_DISTRIBUTED_DEBUG at its last level): later tests must not see them.
+        os.environ.clear()
+        os.environ.update(self._environ)
+        dist.set_debug_level_from_env()
+        super().tearDown()
+
+    @property
+    def world_size(self) -> str:
+        """As TestDistBackend has it (a string)."""
+        return os.environ["WORLD_SIZE"]
+
+    def _barrier(self, *args, **kwargs) -> None:
+        """Every rank reaches this point: through the store, not the file barrier
+        (``wait_for`` and ``timeout`` are ignored: all ranks, the group timeout)."""
+        assert self.sync is not None, "TestInProcess runs under the mpirun runner only"
+        self._barriers += 1
+        try:
+            self.sync.exchange(f"{self.key}barrier{self._barriers}", "", default_pg_timeout)
+        except TimeoutError as e:
+            raise RuntimeError(f"barrier timeout: {e}") from None
+
+    def _callTestMethod(self, method) -> None:  # noqa: N802 (unittest's API)
+        # Decorators such as @skip_if_lt_x_gpu skip a spawned rank by exiting
+        # with a code from TEST_SKIPS; here that is a skip.
+        try:
+            method()
+        except SystemExit as e:
+            if e.code in SKIP_EXIT_CODES:
+                raise unittest.SkipTest(SKIP_EXIT_CODES[e.code]) from None
+            raise RuntimeError(f"the test called sys.exit({e.code!r})") from None
+
+
 def _patch_tests() -> None:
     base = DistributedTest._DistTestBase.__dict__
     for name in sorted(n for n in base if n.startswith("test_") and category(n)):
@@ -419,6 +537,9 @@ def _patch_tests() -> None:
             RETARGETED.append(name)
         if func is not base[name]:
             setattr(TestBackendConformance, name, func)
+            setattr(TestInProcess, name, func)
+        if name in IN_PROCESS_SKIPS and not getattr(func, "__unittest_skip__", False):
+            setattr(TestInProcess, name, _with_skip(func, "in-process: " + IN_PROCESS_SKIPS[name]))
 
 
 _patch_tests()
