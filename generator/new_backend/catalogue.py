@@ -65,6 +65,11 @@ class Op:
         return self.queue == "receives"
 
     @property
+    def on_caller_thread(self) -> bool:
+        """Whether the op runs on the caller's thread (a send: see ``queue``)."""
+        return self.queue == "caller"
+
+    @property
     def spellings(self) -> tuple[str, ...]:
         """Every name this op answers to: its own and its aliases."""
         return (self.name, *self.aliases)
@@ -146,7 +151,9 @@ def load_catalogue(path: Path = CATALOGUE_FILE) -> Catalogue:
         entry["renamed"] = _rename(entry.get("renamed"))
         entry["op_type_renamed"] = _rename(entry.get("op_type_renamed"))
         entry = {k: v.strip("\n") if isinstance(v, str) else v for k, v in entry.items()}
-        if entry.get("queue", "ops") not in ("ops", "receives"):
-            raise ValueError(f'catalogue: {entry["name"]}: queue must be "ops" or "receives"')
+        if entry.get("queue", "ops") not in ("ops", "receives", "caller"):
+            raise ValueError(
+                f'catalogue: {entry["name"]}: queue must be "ops", "receives" or "caller"'
+            )
         ops.append(Op(**entry))
     return Catalogue(tuple(ops), dict(raw.get("not_supported", {})))

@@ -24,6 +24,10 @@ using Clock = std::chrono::steady_clock;
 // variable: long enough to catch a small op, short enough not to matter.
 constexpr auto kWaitSpin = std::chrono::microseconds(50);
 constexpr auto kMaxWorkerSpin = std::chrono::microseconds(100);
+// How long wait() gives a body that reached its deadline to report why.
+constexpr auto kReportGrace = std::chrono::milliseconds(500);
+// How long destroying the group waits for an op body to notice and return.
+constexpr auto kStopGrace = std::chrono::milliseconds(5000);
 
 inline void cpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -382,97 +386,156 @@ const char* reductionName(Reduction op) {
 }
 
 // ---------------------------------------------------------------------------
+// Health
+
+void Health::fail(const std::string& what) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!failed_.load(std::memory_order_relaxed)) {
+    failure_ = what;
+    failed_.store(true, std::memory_order_release);
+  }
+}
+
+std::exception_ptr Health::refuse(const std::string& who) const {
+  if (!failed_.load(std::memory_order_acquire)) {
+    return nullptr;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  return backendError(
+      who + ": this process group can no longer be used since " + failure_ +
+      "; destroy it and create a new one");
+}
+
+// ---------------------------------------------------------------------------
 // WorkQueue
 
+struct WorkQueue::State {
+  void loop();
+  void spinForWork();
+  void adaptSpin(Clock::duration gap);
+
+  std::mutex mutex;
+  std::condition_variable wake;    // for the worker: work was queued, or stop
+  std::condition_variable exited;  // for stop(): the worker left its loop
+  std::deque<c10::intrusive_ptr<WorkDummy>> queue;
+  std::atomic<size_t> queued{0};  // queue.size(), readable without the lock
+  bool stopping = false;
+  bool running = false;  // the thread is in loop()
+  bool sleeping = false;
+  Clock::time_point sleptAt;
+  std::atomic<int64_t> spinNs{50'000};  // how long the worker spins for work
+  std::thread thread;
+};
+
+WorkQueue::WorkQueue() : state_(std::make_shared<State>()) {}
+
 WorkQueue::~WorkQueue() {
-  stop();
+  stop(kStopGrace);
 }
 
 void WorkQueue::push(const c10::intrusive_ptr<WorkDummy>& work) {
-  bool queued = false;
-  bool wake = false;
+  State& s = *state_;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!stopping_) {
-      if (!thread_.joinable()) {
-        thread_ = std::thread([this] { loop(); });
+    std::unique_lock<std::mutex> lock(s.mutex);
+    if (!s.stopping) {
+      if (!s.running) {
+        s.running = true;
+        // The thread keeps the state alive, whatever becomes of this WorkQueue.
+        s.thread = std::thread([state = state_] { state->loop(); });
       }
-      work->seq_ = nextSeq_++;
-      queue_.push_back(work);
-      queued_.fetch_add(1, std::memory_order_release);
-      queued = true;
-      wake = sleeping_;
+      s.queue.push_back(work);
+      s.queued.fetch_add(1, std::memory_order_release);
+      const bool wake = s.sleeping;
       if (wake) {
-        adaptSpin(Clock::now() - sleptAt_);
+        s.adaptSpin(Clock::now() - s.sleptAt);
       }
+      lock.unlock();
+      if (wake) {
+        s.wake.notify_one();
+      }
+      return;
     }
   }
-  if (!queued) {
-    work->finish(backendError(work->describe() + ": the process group was already destroyed"));
-  } else if (wake) {
-    wake_.notify_one();
-  }
+  work->finish(backendError(work->describe() + ": the process group was already destroyed"));
 }
 
-void WorkQueue::stop() {
+void WorkQueue::stop(std::chrono::milliseconds grace) {
+  State& s = *state_;
   std::deque<c10::intrusive_ptr<WorkDummy>> cancelled;
+  std::thread thread;  // only the first stop() gets it
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-    cancelled.swap(queue_);
-    queued_.store(0, std::memory_order_release);
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.stopping = true;
+    cancelled.swap(s.queue);
+    s.queued.store(0, std::memory_order_release);
+    thread = std::move(s.thread);
   }
-  wake_.notify_one();
+  s.wake.notify_one();
   for (auto& work : cancelled) {
     work->finish(backendError(work->describe() + ": cancelled, the process group was destroyed before it ran"));
   }
-  if (thread_.joinable()) {
-    if (thread_.get_id() == std::this_thread::get_id()) {
-      thread_.detach();  // Destroyed from its own op's callback: it returns on its own.
-    } else {
-      thread_.join();
-    }
+  if (!thread.joinable()) {
+    return;
+  }
+  if (thread.get_id() == std::this_thread::get_id()) {
+    thread.detach();  // stopped from its own op's callback: it leaves the loop on return
+    return;
+  }
+  bool exited = false;
+  {
+    std::unique_lock<std::mutex> lock(s.mutex);
+    exited = s.exited.wait_for(lock, grace, [&s] { return !s.running; });
+  }
+  if (exited) {
+    thread.join();
+  } else {
+    thread.detach();
+    TORCH_WARN(
+        "Backend dummy: an op body did not return within ", grace.count(),
+        " ms of the process group's destruction; its thread is left running");
   }
 }
 
-void WorkQueue::spinForWork() {
+void WorkQueue::State::spinForWork() {
   spinUntil(
-      [this] { return queued_.load(std::memory_order_acquire) > 0; },
-      std::chrono::nanoseconds(spinNs_.load(std::memory_order_relaxed)));
+      [this] { return queued.load(std::memory_order_acquire) > 0; },
+      std::chrono::nanoseconds(spinNs.load(std::memory_order_relaxed)));
 }
 
-void WorkQueue::adaptSpin(Clock::duration gap) {
+void WorkQueue::State::adaptSpin(Clock::duration gap) {
   // The worker fell asleep `gap` before this op came. If a spin that long
   // would have caught it, spin twice that from now on (ops come in bursts);
   // if ops come further apart than spinning is worth, spin half as long.
-  const int64_t spin = spinNs_.load(std::memory_order_relaxed);
+  const int64_t spin = spinNs.load(std::memory_order_relaxed);
   const int64_t gapNs = std::chrono::duration_cast<std::chrono::nanoseconds>(gap).count();
   const int64_t maxNs = std::chrono::nanoseconds(kMaxWorkerSpin).count();
-  spinNs_.store(
+  spinNs.store(
       gapNs < maxNs ? std::min(maxNs, std::max(spin, 2 * gapNs)) : spin / 2,
       std::memory_order_relaxed);
 }
 
-void WorkQueue::loop() {
+void WorkQueue::State::loop() {
   for (;;) {
-    if (queued_.load(std::memory_order_acquire) == 0) {
+    if (queued.load(std::memory_order_acquire) == 0) {
       spinForWork();
     }
     c10::intrusive_ptr<WorkDummy> work;
     {
-      std::unique_lock<std::mutex> lock(mutex_);
-      while (queue_.empty() && !stopping_) {
-        sleeping_ = true;
-        sleptAt_ = Clock::now();
-        wake_.wait(lock);
-        sleeping_ = false;
+      std::unique_lock<std::mutex> lock(mutex);
+      while (queue.empty() && !stopping) {
+        sleeping = true;
+        sleptAt = Clock::now();
+        wake.wait(lock);
+        sleeping = false;
       }
-      if (queue_.empty()) {
+      if (queue.empty()) {
+        running = false;
+        exited.notify_all();
         return;  // stopping, and stop() failed whatever was queued
       }
-      work = std::move(queue_.front());
-      queue_.pop_front();
-      queued_.fetch_sub(1, std::memory_order_release);
+      work = std::move(queue.front());
+      queue.pop_front();
+      queued.fetch_sub(1, std::memory_order_release);
     }
     work->run();
   }
@@ -483,14 +546,17 @@ void WorkQueue::loop() {
 
 WorkDummy::WorkDummy(
     std::shared_ptr<Group> group,
+    std::shared_ptr<Health> health,
     c10d::OpType type,
     const char* op,
+    const char* profilingTitle,
     std::chrono::milliseconds timeout,
     c10::IValue outputs,
     Body body,
     std::shared_ptr<CudaOp> cuda)
-    : c10d::Work(group->rank, type),
+    : c10d::Work(group->rank, type, profilingTitle),
       group_(std::move(group)),
+      health_(std::move(health)),
       op_(op),
       timeout_(timeout),
       deadline_(Clock::now() + timeout),
@@ -507,6 +573,10 @@ WorkDummy::WorkDummy(
   future_ = c10::make_intrusive<c10::ivalue::Future>(outputs_.type());
 }
 
+bool WorkDummy::isCollective() const {
+  return !c10d::isP2POp(opType_);
+}
+
 std::string WorkDummy::describe() const {
   std::ostringstream out;
   out << "Backend " << group_->backend << " (rank " << group_->rank << "): " << op_
@@ -514,28 +584,37 @@ std::string WorkDummy::describe() const {
   return out.str();
 }
 
+std::exception_ptr WorkDummy::refusal() const {
+  if (group_->aborted.load()) {
+    return backendError(describe() + ": cancelled, the process group was destroyed before it ran");
+  }
+  if (std::exception_ptr unusable = health_->refuse(describe())) {
+    return unusable;
+  }
+  if (Clock::now() > deadline_) {
+    return backendError(
+        describe() + ": could not start within its " + std::to_string(timeout_.count()) +
+        " ms timeout (the ops queued before it took that long)");
+  }
+  return nullptr;
+}
+
 void WorkDummy::run() {
-  std::exception_ptr error;
 #ifdef WITH_CUDA
   std::optional<c10::cuda::CUDAStreamGuard> onStream;
   if (cuda_) {
     onStream.emplace(cuda_->stream);  // and stays there until finish() below
   }
 #endif
-  if (group_->aborted.load()) {
-    error = backendError(describe() + ": cancelled, the process group was destroyed before it ran");
-  } else if (Clock::now() > deadline_) {
-    error = backendError(
-        describe() + ": could not start within its " + std::to_string(timeout_.count()) +
-        " ms timeout (the ops queued before it took that long)");
-  } else {
+  std::exception_ptr error = refusal();
+  if (!error) {
     try {
 #ifdef WITH_CUDA
       if (cuda_) {
         cuda_->ready.block(cuda_->stream);
       }
 #endif
-      const OpContext ctx{*group_, op_, seq_, deadline_, timeout_};
+      const OpContext ctx{*group_, op_, seq_, collective_, deadline_, timeout_, cancelled_};
       body_(ctx, *this);
 #ifdef WITH_CUDA
       if (cuda_) {
@@ -554,7 +633,17 @@ void WorkDummy::finish(std::exception_ptr error) {
   if (finishing_.exchange(true)) {
     return;
   }
+  if (error && isCollective()) {
+    // The ranks no longer agree on which collective comes next.
+    std::string what = errorMessage(error);
+    const std::string prefix = "Backend " + group_->backend + " (rank " + std::to_string(group_->rank) + "): ";
+    if (what.rfind(prefix, 0) == 0) {
+      what.erase(0, prefix.size());
+    }
+    health_->fail(what);
+  }
   if (error) {
+    cancelled_.store(true);
     future_->setError(error);
   } else {
     future_->markCompleted(outputs_);
@@ -564,6 +653,10 @@ void WorkDummy::finish(std::exception_ptr error) {
     error_ = error;
     completed_ = true;
     done_.store(true, std::memory_order_release);
+    if (recordFunctionEndCallback_) {
+      recordFunctionEndCallback_();  // the op's end in torch.profiler
+      recordFunctionEndCallback_ = nullptr;
+    }
   }
   cv_.notify_all();
 }
@@ -601,7 +694,9 @@ bool WorkDummy::wait(std::chrono::milliseconds timeout) {
   if (!done_.load(std::memory_order_acquire) &&
       !spinUntil([this] { return done_.load(std::memory_order_acquire); }, kWaitSpin)) {
     const bool useOwn = timeout <= kNoTimeout;  // 0 (no timeout given) or unset
-    const auto until = useOwn ? deadline_ : Clock::now() + timeout;
+    // At its own deadline the op's body fails too, saying more (which peers
+    // are missing): give it a moment to.
+    const auto until = useOwn ? deadline_ + kReportGrace : Clock::now() + timeout;
     std::unique_lock<std::mutex> lock(mutex_);
     if (!cv_.wait_until(lock, until, [this] { return done_.load(std::memory_order_acquire); })) {
       lock.unlock();
@@ -625,6 +720,10 @@ bool WorkDummy::wait(std::chrono::milliseconds timeout) {
   }
   synchronize();
   return true;
+}
+
+void WorkDummy::abort() {
+  finish(backendError(describe() + ": aborted"));
 }
 
 void WorkDummy::synchronize() {
@@ -674,7 +773,7 @@ std::shared_ptr<Group> makeGroup(const c10d::DistributedBackendOptions& options)
 BackendDummy::BackendDummy(const c10d::DistributedBackendOptions& options)
     : c10d::Backend(options.group_rank, options.group_size),
       group_(makeGroup(options)),
-      timeout_(std::chrono::duration_cast<std::chrono::milliseconds>(options.timeout)) {}
+      timeoutMs_(std::chrono::duration_cast<std::chrono::milliseconds>(options.timeout).count()) {}
 
 BackendDummy::~BackendDummy() {
   shutdown();
@@ -690,9 +789,17 @@ const std::string BackendDummy::getBackendName() const {
 }
 
 void BackendDummy::shutdown() {
-  group_->aborted.store(true);
-  queue_.stop();
-  receives_.stop();
+  group_->aborted.store(true);  // running bodies see it in OpContext::expired()
+  queue_.stop(kStopGrace);
+  receives_.stop(kStopGrace);
+}
+
+void BackendDummy::abort() {
+  shutdown();
+}
+
+void BackendDummy::setTimeout(std::chrono::milliseconds timeout) {
+  timeoutMs_.store(timeout.count());
 }
 
 void BackendDummy::setSequenceNumberForGroup() {
@@ -700,32 +807,38 @@ void BackendDummy::setSequenceNumberForGroup() {
 }
 
 uint64_t BackendDummy::getSequenceNumberForGroup() {
-  return collectives_.load();
-}
-
-void BackendDummy::abort() {
-  shutdown();
+  std::lock_guard<std::mutex> lock(issueMutex_);
+  return collectives_;
 }
 
 c10::intrusive_ptr<c10d::Work> BackendDummy::enqueue(
-    WorkQueue& queue,
+    WorkQueue* queue,
     c10d::OpType type,
     const char* op,
+    const char* profilingTitle,
     std::chrono::milliseconds timeout,
     c10::IValue outputs,
     const c10::IValue& inputs,
     WorkDummy::Body body) {
   if (timeout == c10d::kUnsetTimeout) {
-    timeout = timeout_;
-  }
-  if (type != c10d::OpType::SEND && type != c10d::OpType::RECV &&
-      type != c10d::OpType::RECVANYSOURCE) {
-    collectives_.fetch_add(1);
+    timeout = std::chrono::milliseconds(timeoutMs_.load());
   }
   std::shared_ptr<CudaOp> cuda = cudaOp(outputs, inputs);
   auto work = c10::make_intrusive<WorkDummy>(
-      group_, type, op, timeout, std::move(outputs), std::move(body), std::move(cuda));
-  queue.push(work);
+      group_, health_, type, op, profilingTitle, timeout, std::move(outputs), std::move(body),
+      std::move(cuda));
+  {
+    std::lock_guard<std::mutex> lock(issueMutex_);
+    work->seq_ = ops_++;
+    if (work->isCollective()) {
+      work->collective_ = collectives_++;
+    }
+    if (queue != nullptr) {
+      queue->push(work);
+      return work;
+    }
+  }
+  work->run();  // on the caller's thread
   return work;
 }
 
@@ -769,13 +882,14 @@ std::shared_ptr<CudaOp> BackendDummy::cudaOp(
 c10::intrusive_ptr<c10d::Work> BackendDummy::allreduce(
     std::vector<at::Tensor>& tensors,
     const c10d::AllreduceOptions& opts) {
-  const Check check(*group_, "allreduce");
+  const Check check(*group_, __func__);
   at::Tensor& tensor = check.one(tensors, "tensors");
   const Reduction op = check.reduction(opts.reduceOp, tensor);
   return enqueue(
-      queue_,
+      &queue_,
       c10d::OpType::ALLREDUCE,
-      "allreduce",
+      __func__,
+      "dummy:allreduce",
       opts.timeout,
       tensors,
       c10::IValue(),
@@ -789,14 +903,15 @@ c10::intrusive_ptr<c10d::Work> BackendDummy::allgather(
     std::vector<std::vector<at::Tensor>>& outputTensors,
     std::vector<at::Tensor>& inputTensors,
     const c10d::AllgatherOptions& opts) {
-  const Check check(*group_, "allgather");
+  const Check check(*group_, __func__);
   const at::Tensor& input = check.one(inputTensors, "inputTensors");
   std::vector<at::Tensor>& outputs = check.oneList(outputTensors, "outputTensors");
   check.perRank(outputs, input, "outputTensors[0]");
   return enqueue(
-      queue_,
+      &queue_,
       c10d::OpType::ALLGATHER,
-      "allgather",
+      __func__,
+      "dummy:allgather",
       opts.timeout,
       outputTensors,
       inputTensors,

@@ -23,6 +23,8 @@ BACKEND = "dummy"
 CASE_TIMEOUT = float(os.environ.get("DUMMY_TEST_CASE_TIMEOUT", "120"))
 #: The process group timeout the ranks use.
 GROUP_TIMEOUT = float(os.environ.get("DUMMY_TEST_GROUP_TIMEOUT", "60"))
+#: In a rank: the timeout of its process group, in seconds.
+RANK_GROUP_TIMEOUT = GROUP_TIMEOUT
 
 
 class Skip(Exception):
@@ -168,6 +170,9 @@ def _init(rank: int, world_size: int, rendezvous: dict) -> None:
     import torch.distributed as dist
 
     import dummy_collectives
+
+    global RANK_GROUP_TIMEOUT
+    RANK_GROUP_TIMEOUT = rendezvous["timeout"]
 
     if dummy_collectives.WITH_CUDA and torch.cuda.is_available():
         torch.cuda.set_device(rank % torch.cuda.device_count())

@@ -25,6 +25,10 @@ using Clock = std::chrono::steady_clock;
 // variable: long enough to catch a small op, short enough not to matter.
 constexpr auto kWaitSpin = std::chrono::microseconds(50);
 constexpr auto kMaxWorkerSpin = std::chrono::microseconds(100);
+// How long wait() gives a body that reached its deadline to report why.
+constexpr auto kReportGrace = std::chrono::milliseconds(500);
+// How long destroying the group waits for an op body to notice and return.
+constexpr auto kStopGrace = std::chrono::milliseconds(5000);
 {%- if p.impl == "mpi" %}
 // How long the worker polls ops in flight without sleeping (MPI moves large
 // messages only while it is called), and the longest sleep between polls after that.
@@ -391,139 +395,213 @@ const char* reductionName(Reduction op) {
 }
 
 // ---------------------------------------------------------------------------
+// Health
+
+void Health::fail(const std::string& what) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!failed_.load(std::memory_order_relaxed)) {
+    failure_ = what;
+    failed_.store(true, std::memory_order_release);
+  }
+}
+
+std::exception_ptr Health::refuse(const std::string& who) const {
+  if (!failed_.load(std::memory_order_acquire)) {
+    return nullptr;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  return backendError(
+      who + ": this process group can no longer be used since " + failure_ +
+      "; destroy it and create a new one");
+}
+
+// ---------------------------------------------------------------------------
 // WorkQueue
 
+struct WorkQueue::State {
+  void loop();
+  void spinForWork();
+  void adaptSpin(Clock::duration gap);
+{%- if p.impl == "mpi" %}
+  // Polls the ops in flight until none is left or another op is queued.
+  void progress();
+  // Polls each op in flight once; forgets those that completed.
+  void pollInFlight();
+{%- endif %}
+
+  std::mutex mutex;
+  std::condition_variable wake;    // for the worker: work was queued, or stop
+  std::condition_variable exited;  // for stop(): the worker left its loop
+  std::deque<c10::intrusive_ptr<{{ p.work_class }}>> queue;
+  std::atomic<size_t> queued{0};  // queue.size(), readable without the lock
+  bool stopping = false;
+  bool running = false;  // the thread is in loop()
+  bool sleeping = false;
+  Clock::time_point sleptAt;
+  std::atomic<int64_t> spinNs{50'000};  // how long the worker spins for work
+  std::thread thread;
+{%- if p.impl == "mpi" %}
+  // Ops whose bodies returned before they completed (OpContext::completeLater);
+  // only the worker thread touches it.
+  std::vector<c10::intrusive_ptr<{{ p.work_class }}>> inFlight;
+{%- endif %}
+};
+
+WorkQueue::WorkQueue() : state_(std::make_shared<State>()) {}
+
 WorkQueue::~WorkQueue() {
-  stop();
+  stop(kStopGrace);
 }
 
 void WorkQueue::push(const c10::intrusive_ptr<{{ p.work_class }}>& work) {
-  bool queued = false;
-  bool wake = false;
+  State& s = *state_;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!stopping_) {
-      if (!thread_.joinable()) {
-        thread_ = std::thread([this] { loop(); });
+    std::unique_lock<std::mutex> lock(s.mutex);
+    if (!s.stopping) {
+      if (!s.running) {
+        s.running = true;
+        // The thread keeps the state alive, whatever becomes of this WorkQueue.
+        s.thread = std::thread([state = state_] { state->loop(); });
       }
-      work->seq_ = nextSeq_++;
-      queue_.push_back(work);
-      queued_.fetch_add(1, std::memory_order_release);
-      queued = true;
-      wake = sleeping_;
+      s.queue.push_back(work);
+      s.queued.fetch_add(1, std::memory_order_release);
+      const bool wake = s.sleeping;
       if (wake) {
-        adaptSpin(Clock::now() - sleptAt_);
+        s.adaptSpin(Clock::now() - s.sleptAt);
       }
+      lock.unlock();
+      if (wake) {
+        s.wake.notify_one();
+      }
+      return;
     }
   }
-  if (!queued) {
-    work->finish(backendError(work->describe() + ": the process group was already destroyed"));
-  } else if (wake) {
-    wake_.notify_one();
-  }
+  work->finish(backendError(work->describe() + ": the process group was already destroyed"));
 }
 
-void WorkQueue::stop() {
+void WorkQueue::stop(std::chrono::milliseconds grace) {
+  State& s = *state_;
   std::deque<c10::intrusive_ptr<{{ p.work_class }}>> cancelled;
+  std::thread thread;  // only the first stop() gets it
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-    cancelled.swap(queue_);
-    queued_.store(0, std::memory_order_release);
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.stopping = true;
+    cancelled.swap(s.queue);
+    s.queued.store(0, std::memory_order_release);
+    thread = std::move(s.thread);
   }
-  wake_.notify_one();
+  s.wake.notify_one();
   for (auto& work : cancelled) {
     work->finish(backendError(work->describe() + ": cancelled, the process group was destroyed before it ran"));
   }
-  if (thread_.joinable()) {
-    if (thread_.get_id() == std::this_thread::get_id()) {
-      thread_.detach();  // Destroyed from its own op's callback: it returns on its own.
-    } else {
-      thread_.join();
-    }
+  if (!thread.joinable()) {
+    return;
+  }
+  if (thread.get_id() == std::this_thread::get_id()) {
+    thread.detach();  // stopped from its own op's callback: it leaves the loop on return
+    return;
+  }
+  bool exited = false;
+  {
+    std::unique_lock<std::mutex> lock(s.mutex);
+    exited = s.exited.wait_for(lock, grace, [&s] { return !s.running; });
+  }
+  if (exited) {
+    thread.join();
+  } else {
+    thread.detach();
+    TORCH_WARN(
+        "Backend {{ p.name }}: an op body did not return within ", grace.count(),
+        " ms of the process group's destruction; its thread is left running");
   }
 }
 
-void WorkQueue::spinForWork() {
+void WorkQueue::State::spinForWork() {
   spinUntil(
-      [this] { return queued_.load(std::memory_order_acquire) > 0; },
-      std::chrono::nanoseconds(spinNs_.load(std::memory_order_relaxed)));
+      [this] { return queued.load(std::memory_order_acquire) > 0; },
+      std::chrono::nanoseconds(spinNs.load(std::memory_order_relaxed)));
 }
 
-void WorkQueue::adaptSpin(Clock::duration gap) {
+void WorkQueue::State::adaptSpin(Clock::duration gap) {
   // The worker fell asleep `gap` before this op came. If a spin that long
   // would have caught it, spin twice that from now on (ops come in bursts);
   // if ops come further apart than spinning is worth, spin half as long.
-  const int64_t spin = spinNs_.load(std::memory_order_relaxed);
+  const int64_t spin = spinNs.load(std::memory_order_relaxed);
   const int64_t gapNs = std::chrono::duration_cast<std::chrono::nanoseconds>(gap).count();
   const int64_t maxNs = std::chrono::nanoseconds(kMaxWorkerSpin).count();
-  spinNs_.store(
+  spinNs.store(
       gapNs < maxNs ? std::min(maxNs, std::max(spin, 2 * gapNs)) : spin / 2,
       std::memory_order_relaxed);
 }
 
-void WorkQueue::loop() {
+void WorkQueue::State::loop() {
   for (;;) {
 {%- if p.impl == "mpi" %}
     pollInFlight();
-    if (queued_.load(std::memory_order_acquire) == 0) {
-      if (inFlight_.empty()) {
+    if (queued.load(std::memory_order_acquire) == 0) {
+      if (inFlight.empty()) {
         spinForWork();
       } else {
         progress();
       }
     }
 {%- else %}
-    if (queued_.load(std::memory_order_acquire) == 0) {
+    if (queued.load(std::memory_order_acquire) == 0) {
       spinForWork();
     }
 {%- endif %}
     c10::intrusive_ptr<{{ p.work_class }}> work;
     {
-      std::unique_lock<std::mutex> lock(mutex_);
-      while (queue_.empty() && !stopping_{{ " && inFlight_.empty()" if p.impl == "mpi" }}) {
-        sleeping_ = true;
-        sleptAt_ = Clock::now();
-        wake_.wait(lock);
-        sleeping_ = false;
+      std::unique_lock<std::mutex> lock(mutex);
+      while (queue.empty() && !stopping{{ " && inFlight.empty()" if p.impl == "mpi" }}) {
+        sleeping = true;
+        sleptAt = Clock::now();
+        wake.wait(lock);
+        sleeping = false;
       }
-      if (queue_.empty()) {
+      if (queue.empty()) {
 {%- if p.impl == "mpi" %}
-        if (!inFlight_.empty()) {
+        if (!inFlight.empty()) {
           continue;  // ops in flight fail at once when the group was destroyed
         }
 {%- endif %}
+        running = false;
+        exited.notify_all();
         return;  // stopping, and stop() failed whatever was queued
       }
-      work = std::move(queue_.front());
-      queue_.pop_front();
-      queued_.fetch_sub(1, std::memory_order_release);
+      work = std::move(queue.front());
+      queue.pop_front();
+      queued.fetch_sub(1, std::memory_order_release);
     }
-    work->run();
 {%- if p.impl == "mpi" %}
-    if (work->inFlight()) {
-      inFlight_.push_back(std::move(work));
+    if (!work->inFlight()) {  // an op started on the caller's thread is in flight already
+      work->run();
     }
+    if (work->inFlight()) {
+      inFlight.push_back(std::move(work));
+    }
+{%- else %}
+    work->run();
 {%- endif %}
   }
 }
 {%- if p.impl == "mpi" %}
 
-void WorkQueue::pollInFlight() {
-  inFlight_.erase(
+void WorkQueue::State::pollInFlight() {
+  inFlight.erase(
       std::remove_if(
-          inFlight_.begin(),
-          inFlight_.end(),
+          inFlight.begin(),
+          inFlight.end(),
           [](const c10::intrusive_ptr<{{ p.work_class }}>& work) { return work->poll(); }),
-      inFlight_.end());
+      inFlight.end());
 }
 
-void WorkQueue::progress() {
+void WorkQueue::State::progress() {
   // Most ops complete within microseconds to milliseconds: poll without
   // sleeping at first, then back off so that a long wait costs little CPU.
   const auto start = Clock::now();
   auto pause = std::chrono::microseconds(10);
-  for (int polls = 0; !inFlight_.empty() && queued_.load(std::memory_order_acquire) == 0; ++polls) {
+  for (int polls = 0; !inFlight.empty() && queued.load(std::memory_order_acquire) == 0; ++polls) {
     if (Clock::now() - start < kBusyPoll) {
       if (polls < 256) {
         cpuRelax();
@@ -544,14 +622,17 @@ void WorkQueue::progress() {
 
 {{ p.work_class }}::{{ p.work_class }}(
     std::shared_ptr<Group> group,
+    std::shared_ptr<Health> health,
     c10d::OpType type,
     const char* op,
+    const char* profilingTitle,
     std::chrono::milliseconds timeout,
     c10::IValue outputs,
     Body body,
     std::shared_ptr<CudaOp> cuda)
-    : c10d::Work(group->rank, type),
+    : c10d::Work(group->rank, type, profilingTitle),
       group_(std::move(group)),
+      health_(std::move(health)),
       op_(op),
       timeout_(timeout),
       deadline_(Clock::now() + timeout),
@@ -568,6 +649,10 @@ void WorkQueue::progress() {
   future_ = c10::make_intrusive<c10::ivalue::Future>(outputs_.type());
 }
 
+bool {{ p.work_class }}::isCollective() const {
+  return !c10d::isP2POp(opType_);
+}
+
 std::string {{ p.work_class }}::describe() const {
   std::ostringstream out;
   out << "Backend " << group_->backend << " (rank " << group_->rank << "): " << op_
@@ -575,28 +660,37 @@ std::string {{ p.work_class }}::describe() const {
   return out.str();
 }
 
+std::exception_ptr {{ p.work_class }}::refusal() const {
+  if (group_->aborted.load()) {
+    return backendError(describe() + ": cancelled, the process group was destroyed before it ran");
+  }
+  if (std::exception_ptr unusable = health_->refuse(describe())) {
+    return unusable;
+  }
+  if (Clock::now() > deadline_) {
+    return backendError(
+        describe() + ": could not start within its " + std::to_string(timeout_.count()) +
+        " ms timeout (the ops queued before it took that long)");
+  }
+  return nullptr;
+}
+
 void {{ p.work_class }}::run() {
-  std::exception_ptr error;
 #ifdef WITH_CUDA
   std::optional<c10::cuda::CUDAStreamGuard> onStream;
   if (cuda_) {
     onStream.emplace(cuda_->stream);  // and stays there until finish() below
   }
 #endif
-  if (group_->aborted.load()) {
-    error = backendError(describe() + ": cancelled, the process group was destroyed before it ran");
-  } else if (Clock::now() > deadline_) {
-    error = backendError(
-        describe() + ": could not start within its " + std::to_string(timeout_.count()) +
-        " ms timeout (the ops queued before it took that long)");
-  } else {
+  std::exception_ptr error = refusal();
+  if (!error) {
     try {
 #ifdef WITH_CUDA
       if (cuda_) {
         cuda_->ready.block(cuda_->stream);
       }
 #endif
-      const OpContext ctx{*group_, op_, seq_, deadline_, timeout_{{ ", &later_" if p.impl == "mpi" }}};
+      const OpContext ctx{*group_, op_, seq_, collective_, deadline_, timeout_, cancelled_{{ ", &later_" if p.impl == "mpi" }}};
       body_(ctx, *this);
 #ifdef WITH_CUDA
       if (cuda_{{ " && !later_" if p.impl == "mpi" }}) {
@@ -650,7 +744,17 @@ void {{ p.work_class }}::finish(std::exception_ptr error) {
   if (finishing_.exchange(true)) {
     return;
   }
+  if (error && isCollective()) {
+    // The ranks no longer agree on which collective comes next.
+    std::string what = errorMessage(error);
+    const std::string prefix = "Backend " + group_->backend + " (rank " + std::to_string(group_->rank) + "): ";
+    if (what.rfind(prefix, 0) == 0) {
+      what.erase(0, prefix.size());
+    }
+    health_->fail(what);
+  }
   if (error) {
+    cancelled_.store(true);
     future_->setError(error);
   } else {
     future_->markCompleted(outputs_);
@@ -660,6 +764,10 @@ void {{ p.work_class }}::finish(std::exception_ptr error) {
     error_ = error;
     completed_ = true;
     done_.store(true, std::memory_order_release);
+    if (recordFunctionEndCallback_) {
+      recordFunctionEndCallback_();  // the op's end in torch.profiler
+      recordFunctionEndCallback_ = nullptr;
+    }
   }
   cv_.notify_all();
 }
@@ -697,7 +805,9 @@ bool {{ p.work_class }}::wait(std::chrono::milliseconds timeout) {
   if (!done_.load(std::memory_order_acquire) &&
       !spinUntil([this] { return done_.load(std::memory_order_acquire); }, kWaitSpin)) {
     const bool useOwn = timeout <= kNoTimeout;  // 0 (no timeout given) or unset
-    const auto until = useOwn ? deadline_ : Clock::now() + timeout;
+    // At its own deadline the op's body fails too, saying more (which peers
+    // are missing): give it a moment to.
+    const auto until = useOwn ? deadline_ + kReportGrace : Clock::now() + timeout;
     std::unique_lock<std::mutex> lock(mutex_);
     if (!cv_.wait_until(lock, until, [this] { return done_.load(std::memory_order_acquire); })) {
       lock.unlock();
@@ -721,6 +831,10 @@ bool {{ p.work_class }}::wait(std::chrono::milliseconds timeout) {
   }
   synchronize();
   return true;
+}
+
+void {{ p.work_class }}::abort() {
+  finish(backendError(describe() + ": aborted"));
 }
 
 void {{ p.work_class }}::synchronize() {
@@ -778,7 +892,7 @@ std::shared_ptr<Group> makeGroup(const c10d::DistributedBackendOptions& options)
 {{ p.backend_class }}::{{ p.backend_class }}(const c10d::DistributedBackendOptions& options)
     : c10d::Backend(options.group_rank, options.group_size),
       group_(makeGroup(options)),
-      timeout_(std::chrono::duration_cast<std::chrono::milliseconds>(options.timeout)) {}
+      timeoutMs_(std::chrono::duration_cast<std::chrono::milliseconds>(options.timeout).count()) {}
 
 {{ p.backend_class }}::~{{ p.backend_class }}() {
   shutdown();
@@ -794,12 +908,20 @@ const std::string {{ p.backend_class }}::getBackendName() const {
 }
 
 void {{ p.backend_class }}::shutdown() {
-  group_->aborted.store(true);
+  group_->aborted.store(true);  // running bodies see it in OpContext::expired()
 {%- if p.impl == "store" %}
   group_->exchange->abort();  // wakes an op blocked on the store
 {%- endif %}
-  queue_.stop();
-  receives_.stop();
+  queue_.stop(kStopGrace);
+  receives_.stop(kStopGrace);
+}
+
+void {{ p.backend_class }}::abort() {
+  shutdown();
+}
+
+void {{ p.backend_class }}::setTimeout(std::chrono::milliseconds timeout) {
+  timeoutMs_.store(timeout.count());
 }
 
 void {{ p.backend_class }}::setSequenceNumberForGroup() {
@@ -807,32 +929,43 @@ void {{ p.backend_class }}::setSequenceNumberForGroup() {
 }
 
 uint64_t {{ p.backend_class }}::getSequenceNumberForGroup() {
-  return collectives_.load();
-}
-
-void {{ p.backend_class }}::abort() {
-  shutdown();
+  std::lock_guard<std::mutex> lock(issueMutex_);
+  return collectives_;
 }
 
 c10::intrusive_ptr<c10d::Work> {{ p.backend_class }}::enqueue(
-    WorkQueue& queue,
+    WorkQueue* queue,
     c10d::OpType type,
     const char* op,
+    const char* profilingTitle,
     std::chrono::milliseconds timeout,
     c10::IValue outputs,
     const c10::IValue& inputs,
     {{ p.work_class }}::Body body) {
   if (timeout == c10d::kUnsetTimeout) {
-    timeout = timeout_;
-  }
-  if (type != c10d::OpType::SEND && type != c10d::OpType::RECV &&
-      type != c10d::OpType::RECVANYSOURCE) {
-    collectives_.fetch_add(1);
+    timeout = std::chrono::milliseconds(timeoutMs_.load());
   }
   std::shared_ptr<CudaOp> cuda = cudaOp(outputs, inputs);
   auto work = c10::make_intrusive<{{ p.work_class }}>(
-      group_, type, op, timeout, std::move(outputs), std::move(body), std::move(cuda));
-  queue.push(work);
+      group_, health_, type, op, profilingTitle, timeout, std::move(outputs), std::move(body),
+      std::move(cuda));
+  {
+    std::lock_guard<std::mutex> lock(issueMutex_);
+    work->seq_ = ops_++;
+    if (work->isCollective()) {
+      work->collective_ = collectives_++;
+    }
+    if (queue != nullptr) {
+      queue->push(work);
+      return work;
+    }
+  }
+  work->run();  // on the caller's thread
+{%- if p.impl == "mpi" %}
+  if (work->inFlight()) {
+    queue_.push(work);  // the worker completes it
+  }
+{%- endif %}
   return work;
 }
 
@@ -887,11 +1020,11 @@ c10::intrusive_ptr<c10d::Work> {{ p.backend_class }}::{{ op.name }}(
 {%- endif %}
     {{ op.params | replace(", ", ",\n    ") }}) {
 {%- if op.checks %}
-  const Check check(*group_, "{{ op.name }}");
+  const Check check(*group_, __func__);
   {{ op.checks | indent(2) }}
 {%- endif %}
   return enqueue(
-      {{ "receives_" if op.on_receive_queue else "queue_" }},
+      {{ "&receives_" if op.on_receive_queue else "nullptr" if op.on_caller_thread else "&queue_" }},
 {%- if op.op_type_renamed %}
 #if {{ p.macro }}_TORCH_2_14
       c10d::OpType::{{ op.op_type_renamed.name }},
@@ -901,7 +1034,8 @@ c10::intrusive_ptr<c10d::Work> {{ p.backend_class }}::{{ op.name }}(
 {%- else %}
       c10d::OpType::{{ op.op_type }},
 {%- endif %}
-      "{{ op.name }}",
+      __func__,
+      "{{ p.name }}:{{ op.name }}",
       {{ op.timeout }},
       {{ op.outputs }},
       {{ op.inputs or "c10::IValue()" }},

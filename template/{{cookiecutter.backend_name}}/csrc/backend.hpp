@@ -41,58 +41,55 @@ namespace {{ p.package }} {
 class {{ p.work_class }};
 struct CudaOp;
 
+// Whether a process group can still be used on this rank. The first
+// collective that fails or times out leaves the ranks disagreeing on which
+// collective comes next, so from then on every op of the group fails at once,
+// naming that collective, instead of pairing with the wrong data.
+class Health {
+ public:
+  // Records the first failure; later ones change nothing.
+  void fail(const std::string& what);
+  // Null while the group is usable; after a failure, the error that refuses
+  // the op `who` ("Backend NAME (rank R): OP #SEQ").
+  std::exception_ptr refuse(const std::string& who) const;
+
+ private:
+  std::atomic<bool> failed_{false};
+  mutable std::mutex mutex_;
+  std::string failure_;
+};
+
 // Runs queued work in order on one background thread, started on first use
 // (never at import time, so processes forked after `import` are safe). A
 // backend has two: one for receives (recv, recvAnysource) and one for every
 // other op, so that a receive waiting for its sender never holds up the ops
-// queued after it, the matching send among them.
+// queued after it.
 //
-// Handing an op to another thread costs two thread wake-ups, which would
-// dominate small ops. So both sides spin briefly before they sleep: the worker
-// waits a few microseconds for the next op, the caller waits a few
-// microseconds for its op to finish. The worker's spin adapts to the gaps
-// between ops: it grows to catch ops that come in quick succession, up to
-// 100 us, and shrinks while they come further apart than that.
+// The thread owns the queue's state (a shared_ptr), not the WorkQueue: when
+// the last reference to the backend is dropped from inside an op's callback,
+// the WorkQueue is destroyed on its own thread, which then leaves the loop
+// without touching freed memory.
 class WorkQueue {
  public:
-  WorkQueue() = default;
+  WorkQueue();
   WorkQueue(const WorkQueue&) = delete;
   WorkQueue& operator=(const WorkQueue&) = delete;
   ~WorkQueue();
 
-  // Numbers `work` and queues it behind everything queued before it.
+  // Queues `work` behind everything queued before it{{ "; an op that is
+  // already in flight (started on the caller's thread) is polled until done" if p.impl == "mpi" }}.
   void push(const c10::intrusive_ptr<{{ p.work_class }}>& work);
 
-  // Fails the work that has not started, lets the running op return, and
-  // joins the thread. Later pushes fail at once. Safe to call twice.
-  void stop();
+  // Fails the work that has not started and waits up to `grace` for the
+  // running op to return (it sees the group aborted). A thread still busy
+  // after that is left behind with a warning: it owns what it uses. Safe from
+  // any thread, the queue's own included, and more than once.
+  void stop(std::chrono::milliseconds grace);
+
+  struct State;
 
  private:
-  void loop();
-  void spinForWork();
-  void adaptSpin(std::chrono::steady_clock::duration gap);
-{%- if p.impl == "mpi" %}
-  // Polls the ops in flight until none is left or another op is queued.
-  void progress();
-  // Polls each op in flight once; forgets those that completed.
-  void pollInFlight();
-{%- endif %}
-
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  std::deque<c10::intrusive_ptr<{{ p.work_class }}>> queue_;
-  std::atomic<size_t> queued_{0};  // queue_.size(), readable without the lock
-  uint64_t nextSeq_ = 0;
-  bool stopping_ = false;
-  bool sleeping_ = false;
-  std::chrono::steady_clock::time_point sleptAt_;
-  std::atomic<int64_t> spinNs_{50'000};  // how long the worker spins for work
-{%- if p.impl == "mpi" %}
-  // Ops whose bodies returned before they completed (OpContext::completeLater);
-  // only the worker thread touches it.
-  std::vector<c10::intrusive_ptr<{{ p.work_class }}>> inFlight_;
-{%- endif %}
-  std::thread thread_;
+  std::shared_ptr<State> state_;
 };
 
 // The Work handle torch.distributed returns for every op of this backend.
@@ -103,8 +100,10 @@ class {{ p.work_class }} : public c10d::Work {
 
   {{ p.work_class }}(
       std::shared_ptr<Group> group,
+      std::shared_ptr<Health> health,
       c10d::OpType type,
       const char* op,
+      const char* profilingTitle,
       std::chrono::milliseconds timeout,
       c10::IValue outputs,
       Body body,
@@ -116,9 +115,12 @@ class {{ p.work_class }} : public c10d::Work {
   int sourceRank() const override;
   std::vector<at::Tensor> result() override;
   // Blocks until the op is done. A timeout of zero means the op's own timeout
-  // (the process group's unless the call gave one); when it passes, raises a
-  // RuntimeError naming the backend, op, rank and timeout.
+  // (the process group's unless the call gave one); when it passes, the op
+  // fails and this raises a RuntimeError naming the backend, op, rank and
+  // timeout. A shorter timeout given here only raises.
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  // Fails the op now; its body sees it cancelled.
+  void abort() override;
   // For CUDA tensors: makes the caller's current stream wait for the op.
   void synchronize() override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
@@ -130,11 +132,8 @@ class {{ p.work_class }} : public c10d::Work {
   // For recvAnysource: the group rank the message came from.
   void setSourceRank(int rank);
 
- private:
-  friend class WorkQueue;
-
-  // Runs the body on the worker thread and completes the future{{ " (unless the
-  // body completes it later: see inFlight())" if p.impl == "mpi" }}.
+  // Runs the body (on the thread the op belongs to) and completes the future
+  // {{- " unless the body completes it later (see inFlight())" if p.impl == "mpi" }}.
   void run();
 {%- if p.impl == "mpi" %}
   // Whether the body returned before the op completed (OpContext::completeLater).
@@ -147,10 +146,19 @@ class {{ p.work_class }} : public c10d::Work {
   // Completes the op with `error` (nullptr for success). Only the first call
   // counts: an op that timed out in wait() stays failed when its body returns.
   void finish(std::exception_ptr error);
-  // Prefixes messages with the backend, rank, op and sequence number.
+  // "Backend NAME (rank R): OP #SEQ", the start of every message about the op.
   std::string describe() const;
 
+ private:
+  friend class {{ p.backend_class }};
+
+  bool isCollective() const;
+  // Why the op must not start (null when it may): the group was destroyed or
+  // can no longer be used, or the op's deadline passed while it was queued.
+  std::exception_ptr refusal() const;
+
   const std::shared_ptr<Group> group_;
+  const std::shared_ptr<Health> health_;
   const char* const op_;
   const std::chrono::milliseconds timeout_;
   const std::chrono::steady_clock::time_point deadline_;
@@ -160,8 +168,10 @@ class {{ p.work_class }} : public c10d::Work {
   std::function<bool()> later_;  // set by OpContext::completeLater
 {%- endif %}
   const std::shared_ptr<CudaOp> cuda_;  // null for CPU ops
-  uint64_t seq_ = 0;  // set by WorkQueue::push
+  uint64_t seq_ = 0;         // the op's number in the group (set when issued)
+  uint64_t collective_ = 0;  // the collective's number, the same on every rank
   int sourceRank_ = -1;
+  std::atomic<bool> cancelled_{false};  // the body should give up
   std::atomic<bool> finishing_{false};
   std::atomic<bool> done_{false};
   std::exception_ptr error_;  // written before done_ is set
@@ -178,8 +188,13 @@ class {{ p.backend_class }} : public c10d::Backend {
       const c10d::DistributedBackendOptions& options);
 
   const std::string getBackendName() const override;
+  // Fails the ops not started yet and stops the worker threads. Called by
+  // destroy_process_group(), abort() and the destructor; returns within a
+  // bounded time even while an op body is stuck in a library call.
   void shutdown() override;
   void abort() override;
+  // The default timeout of the ops issued from now on.
+  void setTimeout(std::chrono::milliseconds timeout) override;
 
   // The number of collectives (every op but send and receive) issued so far
   // on this rank, the same on every rank of a group that issues them in the
@@ -212,12 +227,14 @@ class {{ p.backend_class }} : public c10d::Backend {
 {%- endfor %}
 
  private:
-  // Numbers the op, queues it on `queue` and returns its Work. `inputs` holds
-  // the tensors the op reads but does not write (None when it works in place).
+  // Numbers the op, then runs it on `queue`, or on the caller's thread when
+  // `queue` is null, and returns its Work. `inputs` holds the tensors the op
+  // reads but does not write (None when it works in place).
   c10::intrusive_ptr<c10d::Work> enqueue(
-      WorkQueue& queue,
+      WorkQueue* queue,
       c10d::OpType type,
       const char* op,
+      const char* profilingTitle,
       std::chrono::milliseconds timeout,
       c10::IValue outputs,
       const c10::IValue& inputs,
@@ -227,11 +244,16 @@ class {{ p.backend_class }} : public c10d::Backend {
   std::shared_ptr<CudaOp> cudaOp(const c10::IValue& outputs, const c10::IValue& inputs);
 
   const std::shared_ptr<Group> group_;
-  const std::chrono::milliseconds timeout_;
+  const std::shared_ptr<Health> health_ = std::make_shared<Health>();
+  std::atomic<int64_t> timeoutMs_;  // the default op timeout (setTimeout)
   std::mutex streamsMutex_;
   std::map<c10::DeviceIndex, c10::Stream> streams_;  // the backend's CUDA stream per device
-  std::atomic<uint64_t> collectives_{0};  // see getSequenceNumberForGroup
-  WorkQueue queue_;     // every op but the receives
+  // Ops are numbered and queued under issueMutex_, so that each queue runs
+  // them in the order of their numbers, whichever threads issue them.
+  std::mutex issueMutex_;
+  uint64_t ops_ = 0;          // ops issued so far (each Work's sequence number)
+  uint64_t collectives_ = 0;  // collectives issued so far (see getSequenceNumberForGroup)
+  WorkQueue queue_;     // every op but the receives and sends
   WorkQueue receives_;  // recv and recvAnysource (the catalogue's queue = "receives")
 };
 

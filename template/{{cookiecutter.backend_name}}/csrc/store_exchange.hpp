@@ -20,7 +20,6 @@
 #include <map>
 #include <mutex>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -70,14 +69,15 @@ class StoreExchange {
   void barrier(const OpContext& ctx);
 
   // Point-to-point, matched by (source, destination, tag) in call order.
-  // The receives run on the backend's receive thread, alongside the other
-  // calls (which run on its worker thread), over a store connection of their own.
+  // Sends run on the caller's threads and receives on the backend's receive
+  // thread, alongside the collectives (on its worker thread), each over a
+  // store connection of their own.
   void send(const OpContext& ctx, const at::Tensor& tensor, int dst, int tag);
   void recv(const OpContext& ctx, at::Tensor& tensor, int src, int tag);
   // Receives from whichever rank sent first; returns that rank.
   int recvAnysource(const OpContext& ctx, at::Tensor& tensor, int tag);
 
-  // Wakes an exchange blocked in another thread so that it fails at once.
+  // Wakes the threads blocked in a wait, so that their ops fail at once.
   // Called when the group is destroyed.
   void abort();
 
@@ -91,14 +91,22 @@ class StoreExchange {
   // may block in wait() for a long time.
   struct Channel {
     c10::intrusive_ptr<c10d::Store> store;  // opened on first use
-    std::vector<std::string> waiting;       // guarded by waitingMutex_
+    std::vector<std::string> waiting;       // guarded by waitMutex_
+    std::vector<std::string> marked;        // keys abort() created, guarded by waitMutex_
   };
   c10d::Store& connection(Channel& channel);
   c10d::Store& traffic();    // the worker thread's connection
   c10d::Store& receiving();  // the receive thread's connection
-  void put(const std::string& key, const at::Tensor& tensor);
-  void await(const OpContext& ctx, const std::vector<std::string>& keys, const std::vector<int>& fromRanks);
-  void await(const OpContext& ctx, Channel& channel, const std::vector<std::string>& keys, const std::vector<int>& fromRanks);
+  // Stores this rank's part of the current collective under `keys`.
+  void put(const std::vector<std::string>& keys, std::vector<std::vector<uint8_t>> blobs);
+  // Waits until every key exists; from then on, reads from `store` fail
+  // once the op's deadline passes. Throws when the op expires first, after
+  // deleting what this rank put for the collective (nobody will read it).
+  void await(
+      const OpContext& ctx,
+      Channel& channel,
+      const std::vector<std::string>& keys,
+      const std::vector<int>& fromRanks);
   // Counts this rank's read of `keys` (messages of `bytes` bytes each); the
   // last of `readers` deletes them.
   void dropWhenAllRead(
@@ -107,23 +115,32 @@ class StoreExchange {
       const std::vector<std::string>& keys,
       size_t bytes);
 
-  c10::intrusive_ptr<c10d::Store> store_;  // the backend's store, for abort()
-  Channel ops_;                            // the worker thread's
-  Channel receives_;                       // the receive thread's
+  c10::intrusive_ptr<c10d::Store> store_;  // the backend's store
   std::mutex connectMutex_;
+  Channel ops_;       // the worker thread's
+  Channel receives_;  // the receive thread's
+  std::mutex waitMutex_;
+  bool aborted_ = false;  // guarded by waitMutex_
+  // What this rank put for collectives that failed (key, bytes): deleted when
+  // the group is destroyed. Guarded by waitMutex_.
+  std::vector<std::pair<std::string, size_t>> leftovers_;
+  void deleteLeftovers(c10d::Store& store);
+  int rank_ = -1;         // this rank, for abort()'s markers
 
-  // The collective being run and the exchange within it: all ranks run the
-  // same collectives in the same order, so they agree on both.
-  uint64_t collective_ = 0;
-  uint64_t lastSeq_ = UINT64_MAX;
+  // The collective being run, the exchange within it, and the keys this rank
+  // put for it: all ranks run the same collectives in the same order, so
+  // they agree on the keys. Only the worker thread uses these.
+  uint64_t collective_ = UINT64_MAX;
   int step_ = 0;
+  std::vector<std::pair<std::string, size_t>> written_;  // key, bytes
 
-  // Messages sent and received per (source, destination, tag).
-  std::map<std::tuple<int, int, int>, uint64_t> sent_;
-  std::map<std::tuple<int, int, int>, uint64_t> received_;
-
-  std::mutex waitingMutex_;
-  bool aborted_ = false;
+  // Sends, from any thread: a connection, and the messages sent per
+  // (destination, tag).
+  std::mutex sendMutex_;
+  Channel sends_;
+  std::map<std::pair<int, int>, uint64_t> sent_;
+  // Messages received per (source, tag); only the receive thread uses it.
+  std::map<std::pair<int, int>, uint64_t> received_;
 };
 
 } // namespace {{ p.package }}

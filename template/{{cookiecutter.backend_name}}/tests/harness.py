@@ -63,6 +63,8 @@ CLUSTER_VARIABLE = "{{ p.macro }}_TEST_CLUSTER"
 CASE_TIMEOUT = float(os.environ.get("{{ p.macro }}_TEST_CASE_TIMEOUT", "120"))
 #: The process group timeout the ranks use.
 GROUP_TIMEOUT = float(os.environ.get("{{ p.macro }}_TEST_GROUP_TIMEOUT", "60"))
+#: In a rank: the timeout of its process group, in seconds.
+RANK_GROUP_TIMEOUT = GROUP_TIMEOUT
 
 
 class Skip(Exception):
@@ -337,6 +339,9 @@ def _init(rank: int, world_size: int, rendezvous: dict) -> None:
     import torch.distributed as dist
 
     import {{ p.package }}
+
+    global RANK_GROUP_TIMEOUT
+    RANK_GROUP_TIMEOUT = rendezvous["timeout"]
 
     if {{ p.package }}.WITH_CUDA and torch.cuda.is_available():
         torch.cuda.set_device(rank % torch.cuda.device_count())

@@ -49,6 +49,36 @@ def test_ranks_forked_from_a_parent_that_imported_the_package():
 {%- endif %}
 
 
+def test_destroy_from_a_future_callback(monkeypatch):
+    """The last reference to a group dropped in its op's callback: nothing freed is touched.
+
+    glibc fills freed memory with a pattern (MALLOC_PERTURB_), so a use after
+    free shows as a wrong value or a crash instead of passing unnoticed.
+    """
+    monkeypatch.setenv("MALLOC_PERTURB_", "165")
+    cluster = Cluster(2)
+    try:
+        cluster.run("destroy_from_a_callback")
+    finally:
+        cluster.close()
+
+
+def test_abort_and_shutdown_at_once_return_promptly():
+    cluster = Cluster(2)
+    try:
+        cluster.run("shutdown_and_abort_at_once")
+    finally:
+        cluster.close()
+
+
+def test_ops_show_in_the_profiler_and_set_timeout_applies():
+    cluster = Cluster(2)
+    try:
+        cluster.run("profiled_and_timed")
+    finally:
+        cluster.kill()  # rank 0's timed-out op left the group unusable
+
+
 def test_destroy_process_group_with_pending_work():
     cluster = Cluster(3)
     try:

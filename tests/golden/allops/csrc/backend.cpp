@@ -24,6 +24,10 @@ using Clock = std::chrono::steady_clock;
 // variable: long enough to catch a small op, short enough not to matter.
 constexpr auto kWaitSpin = std::chrono::microseconds(50);
 constexpr auto kMaxWorkerSpin = std::chrono::microseconds(100);
+// How long wait() gives a body that reached its deadline to report why.
+constexpr auto kReportGrace = std::chrono::milliseconds(500);
+// How long destroying the group waits for an op body to notice and return.
+constexpr auto kStopGrace = std::chrono::milliseconds(5000);
 
 inline void cpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -382,97 +386,156 @@ const char* reductionName(Reduction op) {
 }
 
 // ---------------------------------------------------------------------------
+// Health
+
+void Health::fail(const std::string& what) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!failed_.load(std::memory_order_relaxed)) {
+    failure_ = what;
+    failed_.store(true, std::memory_order_release);
+  }
+}
+
+std::exception_ptr Health::refuse(const std::string& who) const {
+  if (!failed_.load(std::memory_order_acquire)) {
+    return nullptr;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  return backendError(
+      who + ": this process group can no longer be used since " + failure_ +
+      "; destroy it and create a new one");
+}
+
+// ---------------------------------------------------------------------------
 // WorkQueue
 
+struct WorkQueue::State {
+  void loop();
+  void spinForWork();
+  void adaptSpin(Clock::duration gap);
+
+  std::mutex mutex;
+  std::condition_variable wake;    // for the worker: work was queued, or stop
+  std::condition_variable exited;  // for stop(): the worker left its loop
+  std::deque<c10::intrusive_ptr<WorkAllops>> queue;
+  std::atomic<size_t> queued{0};  // queue.size(), readable without the lock
+  bool stopping = false;
+  bool running = false;  // the thread is in loop()
+  bool sleeping = false;
+  Clock::time_point sleptAt;
+  std::atomic<int64_t> spinNs{50'000};  // how long the worker spins for work
+  std::thread thread;
+};
+
+WorkQueue::WorkQueue() : state_(std::make_shared<State>()) {}
+
 WorkQueue::~WorkQueue() {
-  stop();
+  stop(kStopGrace);
 }
 
 void WorkQueue::push(const c10::intrusive_ptr<WorkAllops>& work) {
-  bool queued = false;
-  bool wake = false;
+  State& s = *state_;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!stopping_) {
-      if (!thread_.joinable()) {
-        thread_ = std::thread([this] { loop(); });
+    std::unique_lock<std::mutex> lock(s.mutex);
+    if (!s.stopping) {
+      if (!s.running) {
+        s.running = true;
+        // The thread keeps the state alive, whatever becomes of this WorkQueue.
+        s.thread = std::thread([state = state_] { state->loop(); });
       }
-      work->seq_ = nextSeq_++;
-      queue_.push_back(work);
-      queued_.fetch_add(1, std::memory_order_release);
-      queued = true;
-      wake = sleeping_;
+      s.queue.push_back(work);
+      s.queued.fetch_add(1, std::memory_order_release);
+      const bool wake = s.sleeping;
       if (wake) {
-        adaptSpin(Clock::now() - sleptAt_);
+        s.adaptSpin(Clock::now() - s.sleptAt);
       }
+      lock.unlock();
+      if (wake) {
+        s.wake.notify_one();
+      }
+      return;
     }
   }
-  if (!queued) {
-    work->finish(backendError(work->describe() + ": the process group was already destroyed"));
-  } else if (wake) {
-    wake_.notify_one();
-  }
+  work->finish(backendError(work->describe() + ": the process group was already destroyed"));
 }
 
-void WorkQueue::stop() {
+void WorkQueue::stop(std::chrono::milliseconds grace) {
+  State& s = *state_;
   std::deque<c10::intrusive_ptr<WorkAllops>> cancelled;
+  std::thread thread;  // only the first stop() gets it
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-    cancelled.swap(queue_);
-    queued_.store(0, std::memory_order_release);
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.stopping = true;
+    cancelled.swap(s.queue);
+    s.queued.store(0, std::memory_order_release);
+    thread = std::move(s.thread);
   }
-  wake_.notify_one();
+  s.wake.notify_one();
   for (auto& work : cancelled) {
     work->finish(backendError(work->describe() + ": cancelled, the process group was destroyed before it ran"));
   }
-  if (thread_.joinable()) {
-    if (thread_.get_id() == std::this_thread::get_id()) {
-      thread_.detach();  // Destroyed from its own op's callback: it returns on its own.
-    } else {
-      thread_.join();
-    }
+  if (!thread.joinable()) {
+    return;
+  }
+  if (thread.get_id() == std::this_thread::get_id()) {
+    thread.detach();  // stopped from its own op's callback: it leaves the loop on return
+    return;
+  }
+  bool exited = false;
+  {
+    std::unique_lock<std::mutex> lock(s.mutex);
+    exited = s.exited.wait_for(lock, grace, [&s] { return !s.running; });
+  }
+  if (exited) {
+    thread.join();
+  } else {
+    thread.detach();
+    TORCH_WARN(
+        "Backend allops: an op body did not return within ", grace.count(),
+        " ms of the process group's destruction; its thread is left running");
   }
 }
 
-void WorkQueue::spinForWork() {
+void WorkQueue::State::spinForWork() {
   spinUntil(
-      [this] { return queued_.load(std::memory_order_acquire) > 0; },
-      std::chrono::nanoseconds(spinNs_.load(std::memory_order_relaxed)));
+      [this] { return queued.load(std::memory_order_acquire) > 0; },
+      std::chrono::nanoseconds(spinNs.load(std::memory_order_relaxed)));
 }
 
-void WorkQueue::adaptSpin(Clock::duration gap) {
+void WorkQueue::State::adaptSpin(Clock::duration gap) {
   // The worker fell asleep `gap` before this op came. If a spin that long
   // would have caught it, spin twice that from now on (ops come in bursts);
   // if ops come further apart than spinning is worth, spin half as long.
-  const int64_t spin = spinNs_.load(std::memory_order_relaxed);
+  const int64_t spin = spinNs.load(std::memory_order_relaxed);
   const int64_t gapNs = std::chrono::duration_cast<std::chrono::nanoseconds>(gap).count();
   const int64_t maxNs = std::chrono::nanoseconds(kMaxWorkerSpin).count();
-  spinNs_.store(
+  spinNs.store(
       gapNs < maxNs ? std::min(maxNs, std::max(spin, 2 * gapNs)) : spin / 2,
       std::memory_order_relaxed);
 }
 
-void WorkQueue::loop() {
+void WorkQueue::State::loop() {
   for (;;) {
-    if (queued_.load(std::memory_order_acquire) == 0) {
+    if (queued.load(std::memory_order_acquire) == 0) {
       spinForWork();
     }
     c10::intrusive_ptr<WorkAllops> work;
     {
-      std::unique_lock<std::mutex> lock(mutex_);
-      while (queue_.empty() && !stopping_) {
-        sleeping_ = true;
-        sleptAt_ = Clock::now();
-        wake_.wait(lock);
-        sleeping_ = false;
+      std::unique_lock<std::mutex> lock(mutex);
+      while (queue.empty() && !stopping) {
+        sleeping = true;
+        sleptAt = Clock::now();
+        wake.wait(lock);
+        sleeping = false;
       }
-      if (queue_.empty()) {
+      if (queue.empty()) {
+        running = false;
+        exited.notify_all();
         return;  // stopping, and stop() failed whatever was queued
       }
-      work = std::move(queue_.front());
-      queue_.pop_front();
-      queued_.fetch_sub(1, std::memory_order_release);
+      work = std::move(queue.front());
+      queue.pop_front();
+      queued.fetch_sub(1, std::memory_order_release);
     }
     work->run();
   }
@@ -483,14 +546,17 @@ void WorkQueue::loop() {
 
 WorkAllops::WorkAllops(
     std::shared_ptr<Group> group,
+    std::shared_ptr<Health> health,
     c10d::OpType type,
     const char* op,
+    const char* profilingTitle,
     std::chrono::milliseconds timeout,
     c10::IValue outputs,
     Body body,
     std::shared_ptr<CudaOp> cuda)
-    : c10d::Work(group->rank, type),
+    : c10d::Work(group->rank, type, profilingTitle),
       group_(std::move(group)),
+      health_(std::move(health)),
       op_(op),
       timeout_(timeout),
       deadline_(Clock::now() + timeout),
@@ -507,6 +573,10 @@ WorkAllops::WorkAllops(
   future_ = c10::make_intrusive<c10::ivalue::Future>(outputs_.type());
 }
 
+bool WorkAllops::isCollective() const {
+  return !c10d::isP2POp(opType_);
+}
+
 std::string WorkAllops::describe() const {
   std::ostringstream out;
   out << "Backend " << group_->backend << " (rank " << group_->rank << "): " << op_
@@ -514,28 +584,37 @@ std::string WorkAllops::describe() const {
   return out.str();
 }
 
+std::exception_ptr WorkAllops::refusal() const {
+  if (group_->aborted.load()) {
+    return backendError(describe() + ": cancelled, the process group was destroyed before it ran");
+  }
+  if (std::exception_ptr unusable = health_->refuse(describe())) {
+    return unusable;
+  }
+  if (Clock::now() > deadline_) {
+    return backendError(
+        describe() + ": could not start within its " + std::to_string(timeout_.count()) +
+        " ms timeout (the ops queued before it took that long)");
+  }
+  return nullptr;
+}
+
 void WorkAllops::run() {
-  std::exception_ptr error;
 #ifdef WITH_CUDA
   std::optional<c10::cuda::CUDAStreamGuard> onStream;
   if (cuda_) {
     onStream.emplace(cuda_->stream);  // and stays there until finish() below
   }
 #endif
-  if (group_->aborted.load()) {
-    error = backendError(describe() + ": cancelled, the process group was destroyed before it ran");
-  } else if (Clock::now() > deadline_) {
-    error = backendError(
-        describe() + ": could not start within its " + std::to_string(timeout_.count()) +
-        " ms timeout (the ops queued before it took that long)");
-  } else {
+  std::exception_ptr error = refusal();
+  if (!error) {
     try {
 #ifdef WITH_CUDA
       if (cuda_) {
         cuda_->ready.block(cuda_->stream);
       }
 #endif
-      const OpContext ctx{*group_, op_, seq_, deadline_, timeout_};
+      const OpContext ctx{*group_, op_, seq_, collective_, deadline_, timeout_, cancelled_};
       body_(ctx, *this);
 #ifdef WITH_CUDA
       if (cuda_) {
@@ -554,7 +633,17 @@ void WorkAllops::finish(std::exception_ptr error) {
   if (finishing_.exchange(true)) {
     return;
   }
+  if (error && isCollective()) {
+    // The ranks no longer agree on which collective comes next.
+    std::string what = errorMessage(error);
+    const std::string prefix = "Backend " + group_->backend + " (rank " + std::to_string(group_->rank) + "): ";
+    if (what.rfind(prefix, 0) == 0) {
+      what.erase(0, prefix.size());
+    }
+    health_->fail(what);
+  }
   if (error) {
+    cancelled_.store(true);
     future_->setError(error);
   } else {
     future_->markCompleted(outputs_);
@@ -564,6 +653,10 @@ void WorkAllops::finish(std::exception_ptr error) {
     error_ = error;
     completed_ = true;
     done_.store(true, std::memory_order_release);
+    if (recordFunctionEndCallback_) {
+      recordFunctionEndCallback_();  // the op's end in torch.profiler
+      recordFunctionEndCallback_ = nullptr;
+    }
   }
   cv_.notify_all();
 }
@@ -601,7 +694,9 @@ bool WorkAllops::wait(std::chrono::milliseconds timeout) {
   if (!done_.load(std::memory_order_acquire) &&
       !spinUntil([this] { return done_.load(std::memory_order_acquire); }, kWaitSpin)) {
     const bool useOwn = timeout <= kNoTimeout;  // 0 (no timeout given) or unset
-    const auto until = useOwn ? deadline_ : Clock::now() + timeout;
+    // At its own deadline the op's body fails too, saying more (which peers
+    // are missing): give it a moment to.
+    const auto until = useOwn ? deadline_ + kReportGrace : Clock::now() + timeout;
     std::unique_lock<std::mutex> lock(mutex_);
     if (!cv_.wait_until(lock, until, [this] { return done_.load(std::memory_order_acquire); })) {
       lock.unlock();
@@ -625,6 +720,10 @@ bool WorkAllops::wait(std::chrono::milliseconds timeout) {
   }
   synchronize();
   return true;
+}
+
+void WorkAllops::abort() {
+  finish(backendError(describe() + ": aborted"));
 }
 
 void WorkAllops::synchronize() {
@@ -674,7 +773,7 @@ std::shared_ptr<Group> makeGroup(const c10d::DistributedBackendOptions& options)
 BackendAllops::BackendAllops(const c10d::DistributedBackendOptions& options)
     : c10d::Backend(options.group_rank, options.group_size),
       group_(makeGroup(options)),
-      timeout_(std::chrono::duration_cast<std::chrono::milliseconds>(options.timeout)) {}
+      timeoutMs_(std::chrono::duration_cast<std::chrono::milliseconds>(options.timeout).count()) {}
 
 BackendAllops::~BackendAllops() {
   shutdown();
@@ -690,9 +789,17 @@ const std::string BackendAllops::getBackendName() const {
 }
 
 void BackendAllops::shutdown() {
-  group_->aborted.store(true);
-  queue_.stop();
-  receives_.stop();
+  group_->aborted.store(true);  // running bodies see it in OpContext::expired()
+  queue_.stop(kStopGrace);
+  receives_.stop(kStopGrace);
+}
+
+void BackendAllops::abort() {
+  shutdown();
+}
+
+void BackendAllops::setTimeout(std::chrono::milliseconds timeout) {
+  timeoutMs_.store(timeout.count());
 }
 
 void BackendAllops::setSequenceNumberForGroup() {
@@ -700,32 +807,38 @@ void BackendAllops::setSequenceNumberForGroup() {
 }
 
 uint64_t BackendAllops::getSequenceNumberForGroup() {
-  return collectives_.load();
-}
-
-void BackendAllops::abort() {
-  shutdown();
+  std::lock_guard<std::mutex> lock(issueMutex_);
+  return collectives_;
 }
 
 c10::intrusive_ptr<c10d::Work> BackendAllops::enqueue(
-    WorkQueue& queue,
+    WorkQueue* queue,
     c10d::OpType type,
     const char* op,
+    const char* profilingTitle,
     std::chrono::milliseconds timeout,
     c10::IValue outputs,
     const c10::IValue& inputs,
     WorkAllops::Body body) {
   if (timeout == c10d::kUnsetTimeout) {
-    timeout = timeout_;
-  }
-  if (type != c10d::OpType::SEND && type != c10d::OpType::RECV &&
-      type != c10d::OpType::RECVANYSOURCE) {
-    collectives_.fetch_add(1);
+    timeout = std::chrono::milliseconds(timeoutMs_.load());
   }
   std::shared_ptr<CudaOp> cuda = cudaOp(outputs, inputs);
   auto work = c10::make_intrusive<WorkAllops>(
-      group_, type, op, timeout, std::move(outputs), std::move(body), std::move(cuda));
-  queue.push(work);
+      group_, health_, type, op, profilingTitle, timeout, std::move(outputs), std::move(body),
+      std::move(cuda));
+  {
+    std::lock_guard<std::mutex> lock(issueMutex_);
+    work->seq_ = ops_++;
+    if (work->isCollective()) {
+      work->collective_ = collectives_++;
+    }
+    if (queue != nullptr) {
+      queue->push(work);
+      return work;
+    }
+  }
+  work->run();  // on the caller's thread
   return work;
 }
 
@@ -769,13 +882,14 @@ std::shared_ptr<CudaOp> BackendAllops::cudaOp(
 c10::intrusive_ptr<c10d::Work> BackendAllops::broadcast(
     std::vector<at::Tensor>& tensors,
     const c10d::BroadcastOptions& opts) {
-  const Check check(*group_, "broadcast");
+  const Check check(*group_, __func__);
   at::Tensor& tensor = check.one(tensors, "tensors");
   const int root = check.root(opts.rootRank, opts.rootTensor);
   return enqueue(
-      queue_,
+      &queue_,
       c10d::OpType::BROADCAST,
-      "broadcast",
+      __func__,
+      "allops:broadcast",
       opts.timeout,
       tensors,
       c10::IValue(),
@@ -788,13 +902,14 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::broadcast(
 c10::intrusive_ptr<c10d::Work> BackendAllops::allreduce(
     std::vector<at::Tensor>& tensors,
     const c10d::AllreduceOptions& opts) {
-  const Check check(*group_, "allreduce");
+  const Check check(*group_, __func__);
   at::Tensor& tensor = check.one(tensors, "tensors");
   const Reduction op = check.reduction(opts.reduceOp, tensor);
   return enqueue(
-      queue_,
+      &queue_,
       c10d::OpType::ALLREDUCE,
-      "allreduce",
+      __func__,
+      "allops:allreduce",
       opts.timeout,
       tensors,
       c10::IValue(),
@@ -807,13 +922,14 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::allreduce(
 c10::intrusive_ptr<c10d::Work> BackendAllops::allreduce_coalesced(
     std::vector<at::Tensor>& tensors,
     const c10d::AllreduceCoalescedOptions& opts) {
-  const Check check(*group_, "allreduce_coalesced");
+  const Check check(*group_, __func__);
   check.many(tensors, "tensors");
   const Reduction op = check.reduction(opts.reduceOp, tensors.front());
   return enqueue(
-      queue_,
+      &queue_,
       c10d::OpType::ALLREDUCE_COALESCED,
-      "allreduce_coalesced",
+      __func__,
+      "allops:allreduce_coalesced",
       opts.timeout,
       tensors,
       c10::IValue(),
@@ -826,14 +942,15 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::allreduce_coalesced(
 c10::intrusive_ptr<c10d::Work> BackendAllops::reduce(
     std::vector<at::Tensor>& tensors,
     const c10d::ReduceOptions& opts) {
-  const Check check(*group_, "reduce");
+  const Check check(*group_, __func__);
   at::Tensor& tensor = check.one(tensors, "tensors");
   const int root = check.root(opts.rootRank, opts.rootTensor);
   const Reduction op = check.reduction(opts.reduceOp, tensor);
   return enqueue(
-      queue_,
+      &queue_,
       c10d::OpType::REDUCE,
-      "reduce",
+      __func__,
+      "allops:reduce",
       opts.timeout,
       tensors,
       c10::IValue(),
@@ -847,14 +964,15 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::allgather(
     std::vector<std::vector<at::Tensor>>& outputTensors,
     std::vector<at::Tensor>& inputTensors,
     const c10d::AllgatherOptions& opts) {
-  const Check check(*group_, "allgather");
+  const Check check(*group_, __func__);
   const at::Tensor& input = check.one(inputTensors, "inputTensors");
   std::vector<at::Tensor>& outputs = check.oneList(outputTensors, "outputTensors");
   check.perRank(outputs, input, "outputTensors[0]");
   return enqueue(
-      queue_,
+      &queue_,
       c10d::OpType::ALLGATHER,
-      "allgather",
+      __func__,
+      "allops:allgather",
       opts.timeout,
       outputTensors,
       inputTensors,
@@ -872,13 +990,14 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::_allgather_base(
     at::Tensor& outputBuffer,
     at::Tensor& inputBuffer,
     const c10d::AllgatherOptions& opts) {
-  const Check check(*group_, "_allgather_base");
+  const Check check(*group_, __func__);
   check.tensor(inputBuffer, "inputBuffer");
   check.scaled(outputBuffer, inputBuffer, check.size(), "outputBuffer");
   return enqueue(
-      queue_,
+      &queue_,
       c10d::OpType::_ALLGATHER_BASE,
-      "_allgather_base",
+      __func__,
+      "allops:_allgather_base",
       opts.timeout,
       std::vector<at::Tensor>{outputBuffer},
       std::vector<at::Tensor>{inputBuffer},
@@ -892,13 +1011,14 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputTensorLists,
     std::vector<at::Tensor>& inputTensors,
     const c10d::AllgatherOptions& opts) {
-  const Check check(*group_, "allgather_coalesced");
+  const Check check(*group_, __func__);
   check.many(inputTensors, "inputTensors");
   check.coalescedPerRank(outputTensorLists, inputTensors, "outputTensorLists");
   return enqueue(
-      queue_,
+      &queue_,
       c10d::OpType::ALLGATHER_COALESCED,
-      "allgather_coalesced",
+      __func__,
+      "allops:allgather_coalesced",
       opts.timeout,
       outputTensorLists,
       inputTensors,
@@ -916,17 +1036,18 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs,
     std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
-  const Check check(*group_, "allgather_into_tensor_coalesced");
+  const Check check(*group_, __func__);
   check.many(inputs, "inputs");
   check.scaledPairs(outputs, inputs, check.size(), "outputs");
   return enqueue(
-      queue_,
+      &queue_,
 #if ALLOPS_TORCH_2_14
       c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED,
 #else
       c10d::OpType::COALESCED,
 #endif
-      "allgather_into_tensor_coalesced",
+      __func__,
+      "allops:allgather_into_tensor_coalesced",
       opts.timeout,
       outputs,
       inputs,
@@ -940,14 +1061,15 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::gather(
     std::vector<std::vector<at::Tensor>>& outputTensors,
     std::vector<at::Tensor>& inputTensors,
     const c10d::GatherOptions& opts) {
-  const Check check(*group_, "gather");
+  const Check check(*group_, __func__);
   const int root = check.root(opts.rootRank);
   const at::Tensor& input = check.one(inputTensors, "inputTensors");
   std::vector<at::Tensor> outputs = check.rootList(outputTensors, root, input, "outputTensors");
   return enqueue(
-      queue_,
+      &queue_,
       c10d::OpType::GATHER,
-      "gather",
+      __func__,
+      "allops:gather",
       opts.timeout,
       outputTensors,
       inputTensors,
@@ -962,14 +1084,15 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::gather_single(
     at::Tensor& outputBuffer,
     at::Tensor& inputBuffer,
     const c10d::GatherOptions& opts) {
-  const Check check(*group_, "gather_single");
+  const Check check(*group_, __func__);
   const int root = check.root(opts.rootRank);
   check.tensor(inputBuffer, "inputBuffer");
   check.scaledOnRoot(outputBuffer, inputBuffer, root, "outputBuffer");
   return enqueue(
-      queue_,
+      &queue_,
       c10d::OpType::GATHER,
-      "gather_single",
+      __func__,
+      "allops:gather_single",
       opts.timeout,
       std::vector<at::Tensor>{outputBuffer},
       std::vector<at::Tensor>{inputBuffer},
@@ -984,14 +1107,15 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::scatter(
     std::vector<at::Tensor>& outputTensors,
     std::vector<std::vector<at::Tensor>>& inputTensors,
     const c10d::ScatterOptions& opts) {
-  const Check check(*group_, "scatter");
+  const Check check(*group_, __func__);
   const int root = check.root(opts.rootRank);
   at::Tensor& output = check.one(outputTensors, "outputTensors");
   const std::vector<at::Tensor> inputs = check.rootList(inputTensors, root, output, "inputTensors");
   return enqueue(
-      queue_,
+      &queue_,
       c10d::OpType::SCATTER,
-      "scatter",
+      __func__,
+      "allops:scatter",
       opts.timeout,
       outputTensors,
       inputTensors,
@@ -1005,15 +1129,16 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::reduce_scatter(
     std::vector<at::Tensor>& outputTensors,
     std::vector<std::vector<at::Tensor>>& inputTensors,
     const c10d::ReduceScatterOptions& opts) {
-  const Check check(*group_, "reduce_scatter");
+  const Check check(*group_, __func__);
   at::Tensor& output = check.one(outputTensors, "outputTensors");
   const std::vector<at::Tensor>& inputs = check.oneList(inputTensors, "inputTensors");
   check.perRank(inputs, output, "inputTensors[0]");
   const Reduction op = check.reduction(opts.reduceOp, output);
   return enqueue(
-      queue_,
+      &queue_,
       c10d::OpType::REDUCE_SCATTER,
-      "reduce_scatter",
+      __func__,
+      "allops:reduce_scatter",
       opts.timeout,
       outputTensors,
       inputTensors,
@@ -1031,14 +1156,15 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::_reduce_scatter_base(
     at::Tensor& outputBuffer,
     at::Tensor& inputBuffer,
     const c10d::ReduceScatterOptions& opts) {
-  const Check check(*group_, "_reduce_scatter_base");
+  const Check check(*group_, __func__);
   check.tensor(outputBuffer, "outputBuffer");
   check.scaled(inputBuffer, outputBuffer, check.size(), "inputBuffer");
   const Reduction op = check.reduction(opts.reduceOp, outputBuffer);
   return enqueue(
-      queue_,
+      &queue_,
       c10d::OpType::_REDUCE_SCATTER_BASE,
-      "_reduce_scatter_base",
+      __func__,
+      "allops:_reduce_scatter_base",
       opts.timeout,
       std::vector<at::Tensor>{outputBuffer},
       std::vector<at::Tensor>{inputBuffer},
@@ -1056,14 +1182,15 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs,
     std::vector<at::Tensor>& inputs,
     const c10d::ReduceScatterOptions& opts) {
-  const Check check(*group_, "reduce_scatter_tensor_coalesced");
+  const Check check(*group_, __func__);
   check.many(outputs, "outputs");
   check.scaledPairs(inputs, outputs, check.size(), "inputs");
   const Reduction op = check.reduction(opts.reduceOp, outputs.front());
   return enqueue(
-      queue_,
+      &queue_,
       c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED,
-      "reduce_scatter_tensor_coalesced",
+      __func__,
+      "allops:reduce_scatter_tensor_coalesced",
       opts.timeout,
       outputs,
       inputs,
@@ -1083,16 +1210,17 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::alltoall_base(
     std::vector<int64_t>& outputSplitSizes,
     std::vector<int64_t>& inputSplitSizes,
     const c10d::AllToAllOptions& opts) {
-  const Check check(*group_, "alltoall_base");
+  const Check check(*group_, __func__);
   check.tensor(inputBuffer, "inputBuffer");
   check.tensor(outputBuffer, "outputBuffer");
   check.sameDtype(outputBuffer, inputBuffer, "outputBuffer");
   const std::vector<int64_t> outputSplits = check.splits(outputSplitSizes, outputBuffer, "outputSplitSizes");
   const std::vector<int64_t> inputSplits = check.splits(inputSplitSizes, inputBuffer, "inputSplitSizes");
   return enqueue(
-      queue_,
+      &queue_,
       c10d::OpType::ALLTOALL_BASE,
-      "alltoall_base",
+      __func__,
+      "allops:alltoall_base",
       opts.timeout,
       std::vector<at::Tensor>{outputBuffer},
       std::vector<at::Tensor>{inputBuffer},
@@ -1106,14 +1234,15 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::alltoall(
     std::vector<at::Tensor>& outputTensors,
     std::vector<at::Tensor>& inputTensors,
     const c10d::AllToAllOptions& opts) {
-  const Check check(*group_, "alltoall");
+  const Check check(*group_, __func__);
   check.perRankAnyShape(inputTensors, "inputTensors");
   check.perRankAnyShape(outputTensors, "outputTensors");
   check.sameDtype(outputTensors.front(), inputTensors.front(), "outputTensors");
   return enqueue(
-      queue_,
+      &queue_,
       c10d::OpType::ALLTOALL,
-      "alltoall",
+      __func__,
+      "allops:alltoall",
       opts.timeout,
       outputTensors,
       inputTensors,
@@ -1127,13 +1256,14 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::send(
     std::vector<at::Tensor>& tensors,
     int dstRank,
     int tag) {
-  const Check check(*group_, "send");
+  const Check check(*group_, __func__);
   const at::Tensor& tensor = check.one(tensors, "tensors");
   const int dst = check.peer(dstRank, "dstRank");
   return enqueue(
-      queue_,
+      nullptr,
       c10d::OpType::SEND,
-      "send",
+      __func__,
+      "allops:send",
       c10d::kUnsetTimeout,
       tensors,
       c10::IValue(),
@@ -1147,13 +1277,14 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::recv(
     std::vector<at::Tensor>& tensors,
     int srcRank,
     int tag) {
-  const Check check(*group_, "recv");
+  const Check check(*group_, __func__);
   at::Tensor& tensor = check.one(tensors, "tensors");
   const int src = check.peer(srcRank, "srcRank");
   return enqueue(
-      receives_,
+      &receives_,
       c10d::OpType::RECV,
-      "recv",
+      __func__,
+      "allops:recv",
       c10d::kUnsetTimeout,
       tensors,
       c10::IValue(),
@@ -1166,12 +1297,13 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::recv(
 c10::intrusive_ptr<c10d::Work> BackendAllops::recvAnysource(
     std::vector<at::Tensor>& tensors,
     int tag) {
-  const Check check(*group_, "recvAnysource");
+  const Check check(*group_, __func__);
   at::Tensor& tensor = check.one(tensors, "tensors");
   return enqueue(
-      receives_,
+      &receives_,
       c10d::OpType::RECVANYSOURCE,
-      "recvAnysource",
+      __func__,
+      "allops:recvAnysource",
       c10d::kUnsetTimeout,
       tensors,
       c10::IValue(),
@@ -1184,9 +1316,10 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::recvAnysource(
 c10::intrusive_ptr<c10d::Work> BackendAllops::barrier(
     const c10d::BarrierOptions& opts) {
   return enqueue(
-      queue_,
+      &queue_,
       c10d::OpType::BARRIER,
-      "barrier",
+      __func__,
+      "allops:barrier",
       opts.timeout,
       std::vector<at::Tensor>{},
       c10::IValue(),

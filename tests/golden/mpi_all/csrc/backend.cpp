@@ -24,6 +24,10 @@ using Clock = std::chrono::steady_clock;
 // variable: long enough to catch a small op, short enough not to matter.
 constexpr auto kWaitSpin = std::chrono::microseconds(50);
 constexpr auto kMaxWorkerSpin = std::chrono::microseconds(100);
+// How long wait() gives a body that reached its deadline to report why.
+constexpr auto kReportGrace = std::chrono::milliseconds(500);
+// How long destroying the group waits for an op body to notice and return.
+constexpr auto kStopGrace = std::chrono::milliseconds(5000);
 // How long the worker polls ops in flight without sleeping (MPI moves large
 // messages only while it is called), and the longest sleep between polls after that.
 constexpr auto kBusyPoll = std::chrono::milliseconds(50);
@@ -386,82 +390,146 @@ const char* reductionName(Reduction op) {
 }
 
 // ---------------------------------------------------------------------------
+// Health
+
+void Health::fail(const std::string& what) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!failed_.load(std::memory_order_relaxed)) {
+    failure_ = what;
+    failed_.store(true, std::memory_order_release);
+  }
+}
+
+std::exception_ptr Health::refuse(const std::string& who) const {
+  if (!failed_.load(std::memory_order_acquire)) {
+    return nullptr;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  return backendError(
+      who + ": this process group can no longer be used since " + failure_ +
+      "; destroy it and create a new one");
+}
+
+// ---------------------------------------------------------------------------
 // WorkQueue
 
+struct WorkQueue::State {
+  void loop();
+  void spinForWork();
+  void adaptSpin(Clock::duration gap);
+  // Polls the ops in flight until none is left or another op is queued.
+  void progress();
+  // Polls each op in flight once; forgets those that completed.
+  void pollInFlight();
+
+  std::mutex mutex;
+  std::condition_variable wake;    // for the worker: work was queued, or stop
+  std::condition_variable exited;  // for stop(): the worker left its loop
+  std::deque<c10::intrusive_ptr<WorkMpiAll>> queue;
+  std::atomic<size_t> queued{0};  // queue.size(), readable without the lock
+  bool stopping = false;
+  bool running = false;  // the thread is in loop()
+  bool sleeping = false;
+  Clock::time_point sleptAt;
+  std::atomic<int64_t> spinNs{50'000};  // how long the worker spins for work
+  std::thread thread;
+  // Ops whose bodies returned before they completed (OpContext::completeLater);
+  // only the worker thread touches it.
+  std::vector<c10::intrusive_ptr<WorkMpiAll>> inFlight;
+};
+
+WorkQueue::WorkQueue() : state_(std::make_shared<State>()) {}
+
 WorkQueue::~WorkQueue() {
-  stop();
+  stop(kStopGrace);
 }
 
 void WorkQueue::push(const c10::intrusive_ptr<WorkMpiAll>& work) {
-  bool queued = false;
-  bool wake = false;
+  State& s = *state_;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!stopping_) {
-      if (!thread_.joinable()) {
-        thread_ = std::thread([this] { loop(); });
+    std::unique_lock<std::mutex> lock(s.mutex);
+    if (!s.stopping) {
+      if (!s.running) {
+        s.running = true;
+        // The thread keeps the state alive, whatever becomes of this WorkQueue.
+        s.thread = std::thread([state = state_] { state->loop(); });
       }
-      work->seq_ = nextSeq_++;
-      queue_.push_back(work);
-      queued_.fetch_add(1, std::memory_order_release);
-      queued = true;
-      wake = sleeping_;
+      s.queue.push_back(work);
+      s.queued.fetch_add(1, std::memory_order_release);
+      const bool wake = s.sleeping;
       if (wake) {
-        adaptSpin(Clock::now() - sleptAt_);
+        s.adaptSpin(Clock::now() - s.sleptAt);
       }
+      lock.unlock();
+      if (wake) {
+        s.wake.notify_one();
+      }
+      return;
     }
   }
-  if (!queued) {
-    work->finish(backendError(work->describe() + ": the process group was already destroyed"));
-  } else if (wake) {
-    wake_.notify_one();
-  }
+  work->finish(backendError(work->describe() + ": the process group was already destroyed"));
 }
 
-void WorkQueue::stop() {
+void WorkQueue::stop(std::chrono::milliseconds grace) {
+  State& s = *state_;
   std::deque<c10::intrusive_ptr<WorkMpiAll>> cancelled;
+  std::thread thread;  // only the first stop() gets it
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-    cancelled.swap(queue_);
-    queued_.store(0, std::memory_order_release);
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.stopping = true;
+    cancelled.swap(s.queue);
+    s.queued.store(0, std::memory_order_release);
+    thread = std::move(s.thread);
   }
-  wake_.notify_one();
+  s.wake.notify_one();
   for (auto& work : cancelled) {
     work->finish(backendError(work->describe() + ": cancelled, the process group was destroyed before it ran"));
   }
-  if (thread_.joinable()) {
-    if (thread_.get_id() == std::this_thread::get_id()) {
-      thread_.detach();  // Destroyed from its own op's callback: it returns on its own.
-    } else {
-      thread_.join();
-    }
+  if (!thread.joinable()) {
+    return;
+  }
+  if (thread.get_id() == std::this_thread::get_id()) {
+    thread.detach();  // stopped from its own op's callback: it leaves the loop on return
+    return;
+  }
+  bool exited = false;
+  {
+    std::unique_lock<std::mutex> lock(s.mutex);
+    exited = s.exited.wait_for(lock, grace, [&s] { return !s.running; });
+  }
+  if (exited) {
+    thread.join();
+  } else {
+    thread.detach();
+    TORCH_WARN(
+        "Backend mpi_all: an op body did not return within ", grace.count(),
+        " ms of the process group's destruction; its thread is left running");
   }
 }
 
-void WorkQueue::spinForWork() {
+void WorkQueue::State::spinForWork() {
   spinUntil(
-      [this] { return queued_.load(std::memory_order_acquire) > 0; },
-      std::chrono::nanoseconds(spinNs_.load(std::memory_order_relaxed)));
+      [this] { return queued.load(std::memory_order_acquire) > 0; },
+      std::chrono::nanoseconds(spinNs.load(std::memory_order_relaxed)));
 }
 
-void WorkQueue::adaptSpin(Clock::duration gap) {
+void WorkQueue::State::adaptSpin(Clock::duration gap) {
   // The worker fell asleep `gap` before this op came. If a spin that long
   // would have caught it, spin twice that from now on (ops come in bursts);
   // if ops come further apart than spinning is worth, spin half as long.
-  const int64_t spin = spinNs_.load(std::memory_order_relaxed);
+  const int64_t spin = spinNs.load(std::memory_order_relaxed);
   const int64_t gapNs = std::chrono::duration_cast<std::chrono::nanoseconds>(gap).count();
   const int64_t maxNs = std::chrono::nanoseconds(kMaxWorkerSpin).count();
-  spinNs_.store(
+  spinNs.store(
       gapNs < maxNs ? std::min(maxNs, std::max(spin, 2 * gapNs)) : spin / 2,
       std::memory_order_relaxed);
 }
 
-void WorkQueue::loop() {
+void WorkQueue::State::loop() {
   for (;;) {
     pollInFlight();
-    if (queued_.load(std::memory_order_acquire) == 0) {
-      if (inFlight_.empty()) {
+    if (queued.load(std::memory_order_acquire) == 0) {
+      if (inFlight.empty()) {
         spinForWork();
       } else {
         progress();
@@ -469,45 +537,49 @@ void WorkQueue::loop() {
     }
     c10::intrusive_ptr<WorkMpiAll> work;
     {
-      std::unique_lock<std::mutex> lock(mutex_);
-      while (queue_.empty() && !stopping_ && inFlight_.empty()) {
-        sleeping_ = true;
-        sleptAt_ = Clock::now();
-        wake_.wait(lock);
-        sleeping_ = false;
+      std::unique_lock<std::mutex> lock(mutex);
+      while (queue.empty() && !stopping && inFlight.empty()) {
+        sleeping = true;
+        sleptAt = Clock::now();
+        wake.wait(lock);
+        sleeping = false;
       }
-      if (queue_.empty()) {
-        if (!inFlight_.empty()) {
+      if (queue.empty()) {
+        if (!inFlight.empty()) {
           continue;  // ops in flight fail at once when the group was destroyed
         }
+        running = false;
+        exited.notify_all();
         return;  // stopping, and stop() failed whatever was queued
       }
-      work = std::move(queue_.front());
-      queue_.pop_front();
-      queued_.fetch_sub(1, std::memory_order_release);
+      work = std::move(queue.front());
+      queue.pop_front();
+      queued.fetch_sub(1, std::memory_order_release);
     }
-    work->run();
+    if (!work->inFlight()) {  // an op started on the caller's thread is in flight already
+      work->run();
+    }
     if (work->inFlight()) {
-      inFlight_.push_back(std::move(work));
+      inFlight.push_back(std::move(work));
     }
   }
 }
 
-void WorkQueue::pollInFlight() {
-  inFlight_.erase(
+void WorkQueue::State::pollInFlight() {
+  inFlight.erase(
       std::remove_if(
-          inFlight_.begin(),
-          inFlight_.end(),
+          inFlight.begin(),
+          inFlight.end(),
           [](const c10::intrusive_ptr<WorkMpiAll>& work) { return work->poll(); }),
-      inFlight_.end());
+      inFlight.end());
 }
 
-void WorkQueue::progress() {
+void WorkQueue::State::progress() {
   // Most ops complete within microseconds to milliseconds: poll without
   // sleeping at first, then back off so that a long wait costs little CPU.
   const auto start = Clock::now();
   auto pause = std::chrono::microseconds(10);
-  for (int polls = 0; !inFlight_.empty() && queued_.load(std::memory_order_acquire) == 0; ++polls) {
+  for (int polls = 0; !inFlight.empty() && queued.load(std::memory_order_acquire) == 0; ++polls) {
     if (Clock::now() - start < kBusyPoll) {
       if (polls < 256) {
         cpuRelax();
@@ -527,14 +599,17 @@ void WorkQueue::progress() {
 
 WorkMpiAll::WorkMpiAll(
     std::shared_ptr<Group> group,
+    std::shared_ptr<Health> health,
     c10d::OpType type,
     const char* op,
+    const char* profilingTitle,
     std::chrono::milliseconds timeout,
     c10::IValue outputs,
     Body body,
     std::shared_ptr<CudaOp> cuda)
-    : c10d::Work(group->rank, type),
+    : c10d::Work(group->rank, type, profilingTitle),
       group_(std::move(group)),
+      health_(std::move(health)),
       op_(op),
       timeout_(timeout),
       deadline_(Clock::now() + timeout),
@@ -551,6 +626,10 @@ WorkMpiAll::WorkMpiAll(
   future_ = c10::make_intrusive<c10::ivalue::Future>(outputs_.type());
 }
 
+bool WorkMpiAll::isCollective() const {
+  return !c10d::isP2POp(opType_);
+}
+
 std::string WorkMpiAll::describe() const {
   std::ostringstream out;
   out << "Backend " << group_->backend << " (rank " << group_->rank << "): " << op_
@@ -558,28 +637,37 @@ std::string WorkMpiAll::describe() const {
   return out.str();
 }
 
+std::exception_ptr WorkMpiAll::refusal() const {
+  if (group_->aborted.load()) {
+    return backendError(describe() + ": cancelled, the process group was destroyed before it ran");
+  }
+  if (std::exception_ptr unusable = health_->refuse(describe())) {
+    return unusable;
+  }
+  if (Clock::now() > deadline_) {
+    return backendError(
+        describe() + ": could not start within its " + std::to_string(timeout_.count()) +
+        " ms timeout (the ops queued before it took that long)");
+  }
+  return nullptr;
+}
+
 void WorkMpiAll::run() {
-  std::exception_ptr error;
 #ifdef WITH_CUDA
   std::optional<c10::cuda::CUDAStreamGuard> onStream;
   if (cuda_) {
     onStream.emplace(cuda_->stream);  // and stays there until finish() below
   }
 #endif
-  if (group_->aborted.load()) {
-    error = backendError(describe() + ": cancelled, the process group was destroyed before it ran");
-  } else if (Clock::now() > deadline_) {
-    error = backendError(
-        describe() + ": could not start within its " + std::to_string(timeout_.count()) +
-        " ms timeout (the ops queued before it took that long)");
-  } else {
+  std::exception_ptr error = refusal();
+  if (!error) {
     try {
 #ifdef WITH_CUDA
       if (cuda_) {
         cuda_->ready.block(cuda_->stream);
       }
 #endif
-      const OpContext ctx{*group_, op_, seq_, deadline_, timeout_, &later_};
+      const OpContext ctx{*group_, op_, seq_, collective_, deadline_, timeout_, cancelled_, &later_};
       body_(ctx, *this);
 #ifdef WITH_CUDA
       if (cuda_ && !later_) {
@@ -627,7 +715,17 @@ void WorkMpiAll::finish(std::exception_ptr error) {
   if (finishing_.exchange(true)) {
     return;
   }
+  if (error && isCollective()) {
+    // The ranks no longer agree on which collective comes next.
+    std::string what = errorMessage(error);
+    const std::string prefix = "Backend " + group_->backend + " (rank " + std::to_string(group_->rank) + "): ";
+    if (what.rfind(prefix, 0) == 0) {
+      what.erase(0, prefix.size());
+    }
+    health_->fail(what);
+  }
   if (error) {
+    cancelled_.store(true);
     future_->setError(error);
   } else {
     future_->markCompleted(outputs_);
@@ -637,6 +735,10 @@ void WorkMpiAll::finish(std::exception_ptr error) {
     error_ = error;
     completed_ = true;
     done_.store(true, std::memory_order_release);
+    if (recordFunctionEndCallback_) {
+      recordFunctionEndCallback_();  // the op's end in torch.profiler
+      recordFunctionEndCallback_ = nullptr;
+    }
   }
   cv_.notify_all();
 }
@@ -674,7 +776,9 @@ bool WorkMpiAll::wait(std::chrono::milliseconds timeout) {
   if (!done_.load(std::memory_order_acquire) &&
       !spinUntil([this] { return done_.load(std::memory_order_acquire); }, kWaitSpin)) {
     const bool useOwn = timeout <= kNoTimeout;  // 0 (no timeout given) or unset
-    const auto until = useOwn ? deadline_ : Clock::now() + timeout;
+    // At its own deadline the op's body fails too, saying more (which peers
+    // are missing): give it a moment to.
+    const auto until = useOwn ? deadline_ + kReportGrace : Clock::now() + timeout;
     std::unique_lock<std::mutex> lock(mutex_);
     if (!cv_.wait_until(lock, until, [this] { return done_.load(std::memory_order_acquire); })) {
       lock.unlock();
@@ -698,6 +802,10 @@ bool WorkMpiAll::wait(std::chrono::milliseconds timeout) {
   }
   synchronize();
   return true;
+}
+
+void WorkMpiAll::abort() {
+  finish(backendError(describe() + ": aborted"));
 }
 
 void WorkMpiAll::synchronize() {
@@ -750,7 +858,7 @@ std::shared_ptr<Group> makeGroup(const c10d::DistributedBackendOptions& options)
 BackendMpiAll::BackendMpiAll(const c10d::DistributedBackendOptions& options)
     : c10d::Backend(options.group_rank, options.group_size),
       group_(makeGroup(options)),
-      timeout_(std::chrono::duration_cast<std::chrono::milliseconds>(options.timeout)) {}
+      timeoutMs_(std::chrono::duration_cast<std::chrono::milliseconds>(options.timeout).count()) {}
 
 BackendMpiAll::~BackendMpiAll() {
   shutdown();
@@ -766,9 +874,17 @@ const std::string BackendMpiAll::getBackendName() const {
 }
 
 void BackendMpiAll::shutdown() {
-  group_->aborted.store(true);
-  queue_.stop();
-  receives_.stop();
+  group_->aborted.store(true);  // running bodies see it in OpContext::expired()
+  queue_.stop(kStopGrace);
+  receives_.stop(kStopGrace);
+}
+
+void BackendMpiAll::abort() {
+  shutdown();
+}
+
+void BackendMpiAll::setTimeout(std::chrono::milliseconds timeout) {
+  timeoutMs_.store(timeout.count());
 }
 
 void BackendMpiAll::setSequenceNumberForGroup() {
@@ -776,32 +892,41 @@ void BackendMpiAll::setSequenceNumberForGroup() {
 }
 
 uint64_t BackendMpiAll::getSequenceNumberForGroup() {
-  return collectives_.load();
-}
-
-void BackendMpiAll::abort() {
-  shutdown();
+  std::lock_guard<std::mutex> lock(issueMutex_);
+  return collectives_;
 }
 
 c10::intrusive_ptr<c10d::Work> BackendMpiAll::enqueue(
-    WorkQueue& queue,
+    WorkQueue* queue,
     c10d::OpType type,
     const char* op,
+    const char* profilingTitle,
     std::chrono::milliseconds timeout,
     c10::IValue outputs,
     const c10::IValue& inputs,
     WorkMpiAll::Body body) {
   if (timeout == c10d::kUnsetTimeout) {
-    timeout = timeout_;
-  }
-  if (type != c10d::OpType::SEND && type != c10d::OpType::RECV &&
-      type != c10d::OpType::RECVANYSOURCE) {
-    collectives_.fetch_add(1);
+    timeout = std::chrono::milliseconds(timeoutMs_.load());
   }
   std::shared_ptr<CudaOp> cuda = cudaOp(outputs, inputs);
   auto work = c10::make_intrusive<WorkMpiAll>(
-      group_, type, op, timeout, std::move(outputs), std::move(body), std::move(cuda));
-  queue.push(work);
+      group_, health_, type, op, profilingTitle, timeout, std::move(outputs), std::move(body),
+      std::move(cuda));
+  {
+    std::lock_guard<std::mutex> lock(issueMutex_);
+    work->seq_ = ops_++;
+    if (work->isCollective()) {
+      work->collective_ = collectives_++;
+    }
+    if (queue != nullptr) {
+      queue->push(work);
+      return work;
+    }
+  }
+  work->run();  // on the caller's thread
+  if (work->inFlight()) {
+    queue_.push(work);  // the worker completes it
+  }
   return work;
 }
 
@@ -845,13 +970,14 @@ std::shared_ptr<CudaOp> BackendMpiAll::cudaOp(
 c10::intrusive_ptr<c10d::Work> BackendMpiAll::broadcast(
     std::vector<at::Tensor>& tensors,
     const c10d::BroadcastOptions& opts) {
-  const Check check(*group_, "broadcast");
+  const Check check(*group_, __func__);
   at::Tensor& tensor = check.one(tensors, "tensors");
   const int root = check.root(opts.rootRank, opts.rootTensor);
   return enqueue(
-      queue_,
+      &queue_,
       c10d::OpType::BROADCAST,
-      "broadcast",
+      __func__,
+      "mpi_all:broadcast",
       opts.timeout,
       tensors,
       c10::IValue(),
@@ -864,13 +990,14 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::broadcast(
 c10::intrusive_ptr<c10d::Work> BackendMpiAll::allreduce(
     std::vector<at::Tensor>& tensors,
     const c10d::AllreduceOptions& opts) {
-  const Check check(*group_, "allreduce");
+  const Check check(*group_, __func__);
   at::Tensor& tensor = check.one(tensors, "tensors");
   const Reduction op = check.reduction(opts.reduceOp, tensor);
   return enqueue(
-      queue_,
+      &queue_,
       c10d::OpType::ALLREDUCE,
-      "allreduce",
+      __func__,
+      "mpi_all:allreduce",
       opts.timeout,
       tensors,
       c10::IValue(),
@@ -883,13 +1010,14 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::allreduce(
 c10::intrusive_ptr<c10d::Work> BackendMpiAll::allreduce_coalesced(
     std::vector<at::Tensor>& tensors,
     const c10d::AllreduceCoalescedOptions& opts) {
-  const Check check(*group_, "allreduce_coalesced");
+  const Check check(*group_, __func__);
   check.many(tensors, "tensors");
   const Reduction op = check.reduction(opts.reduceOp, tensors.front());
   return enqueue(
-      queue_,
+      &queue_,
       c10d::OpType::ALLREDUCE_COALESCED,
-      "allreduce_coalesced",
+      __func__,
+      "mpi_all:allreduce_coalesced",
       opts.timeout,
       tensors,
       c10::IValue(),
@@ -902,14 +1030,15 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::allreduce_coalesced(
 c10::intrusive_ptr<c10d::Work> BackendMpiAll::reduce(
     std::vector<at::Tensor>& tensors,
     const c10d::ReduceOptions& opts) {
-  const Check check(*group_, "reduce");
+  const Check check(*group_, __func__);
   at::Tensor& tensor = check.one(tensors, "tensors");
   const int root = check.root(opts.rootRank, opts.rootTensor);
   const Reduction op = check.reduction(opts.reduceOp, tensor);
   return enqueue(
-      queue_,
+      &queue_,
       c10d::OpType::REDUCE,
-      "reduce",
+      __func__,
+      "mpi_all:reduce",
       opts.timeout,
       tensors,
       c10::IValue(),
@@ -923,14 +1052,15 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::allgather(
     std::vector<std::vector<at::Tensor>>& outputTensors,
     std::vector<at::Tensor>& inputTensors,
     const c10d::AllgatherOptions& opts) {
-  const Check check(*group_, "allgather");
+  const Check check(*group_, __func__);
   const at::Tensor& input = check.one(inputTensors, "inputTensors");
   std::vector<at::Tensor>& outputs = check.oneList(outputTensors, "outputTensors");
   check.perRank(outputs, input, "outputTensors[0]");
   return enqueue(
-      queue_,
+      &queue_,
       c10d::OpType::ALLGATHER,
-      "allgather",
+      __func__,
+      "mpi_all:allgather",
       opts.timeout,
       outputTensors,
       inputTensors,
@@ -948,13 +1078,14 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::_allgather_base(
     at::Tensor& outputBuffer,
     at::Tensor& inputBuffer,
     const c10d::AllgatherOptions& opts) {
-  const Check check(*group_, "_allgather_base");
+  const Check check(*group_, __func__);
   check.tensor(inputBuffer, "inputBuffer");
   check.scaled(outputBuffer, inputBuffer, check.size(), "outputBuffer");
   return enqueue(
-      queue_,
+      &queue_,
       c10d::OpType::_ALLGATHER_BASE,
-      "_allgather_base",
+      __func__,
+      "mpi_all:_allgather_base",
       opts.timeout,
       std::vector<at::Tensor>{outputBuffer},
       std::vector<at::Tensor>{inputBuffer},
@@ -968,13 +1099,14 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputTensorLists,
     std::vector<at::Tensor>& inputTensors,
     const c10d::AllgatherOptions& opts) {
-  const Check check(*group_, "allgather_coalesced");
+  const Check check(*group_, __func__);
   check.many(inputTensors, "inputTensors");
   check.coalescedPerRank(outputTensorLists, inputTensors, "outputTensorLists");
   return enqueue(
-      queue_,
+      &queue_,
       c10d::OpType::ALLGATHER_COALESCED,
-      "allgather_coalesced",
+      __func__,
+      "mpi_all:allgather_coalesced",
       opts.timeout,
       outputTensorLists,
       inputTensors,
@@ -992,17 +1124,18 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs,
     std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
-  const Check check(*group_, "allgather_into_tensor_coalesced");
+  const Check check(*group_, __func__);
   check.many(inputs, "inputs");
   check.scaledPairs(outputs, inputs, check.size(), "outputs");
   return enqueue(
-      queue_,
+      &queue_,
 #if MPI_ALL_TORCH_2_14
       c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED,
 #else
       c10d::OpType::COALESCED,
 #endif
-      "allgather_into_tensor_coalesced",
+      __func__,
+      "mpi_all:allgather_into_tensor_coalesced",
       opts.timeout,
       outputs,
       inputs,
@@ -1016,14 +1149,15 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::gather(
     std::vector<std::vector<at::Tensor>>& outputTensors,
     std::vector<at::Tensor>& inputTensors,
     const c10d::GatherOptions& opts) {
-  const Check check(*group_, "gather");
+  const Check check(*group_, __func__);
   const int root = check.root(opts.rootRank);
   const at::Tensor& input = check.one(inputTensors, "inputTensors");
   std::vector<at::Tensor> outputs = check.rootList(outputTensors, root, input, "outputTensors");
   return enqueue(
-      queue_,
+      &queue_,
       c10d::OpType::GATHER,
-      "gather",
+      __func__,
+      "mpi_all:gather",
       opts.timeout,
       outputTensors,
       inputTensors,
@@ -1038,14 +1172,15 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::gather_single(
     at::Tensor& outputBuffer,
     at::Tensor& inputBuffer,
     const c10d::GatherOptions& opts) {
-  const Check check(*group_, "gather_single");
+  const Check check(*group_, __func__);
   const int root = check.root(opts.rootRank);
   check.tensor(inputBuffer, "inputBuffer");
   check.scaledOnRoot(outputBuffer, inputBuffer, root, "outputBuffer");
   return enqueue(
-      queue_,
+      &queue_,
       c10d::OpType::GATHER,
-      "gather_single",
+      __func__,
+      "mpi_all:gather_single",
       opts.timeout,
       std::vector<at::Tensor>{outputBuffer},
       std::vector<at::Tensor>{inputBuffer},
@@ -1060,14 +1195,15 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::scatter(
     std::vector<at::Tensor>& outputTensors,
     std::vector<std::vector<at::Tensor>>& inputTensors,
     const c10d::ScatterOptions& opts) {
-  const Check check(*group_, "scatter");
+  const Check check(*group_, __func__);
   const int root = check.root(opts.rootRank);
   at::Tensor& output = check.one(outputTensors, "outputTensors");
   const std::vector<at::Tensor> inputs = check.rootList(inputTensors, root, output, "inputTensors");
   return enqueue(
-      queue_,
+      &queue_,
       c10d::OpType::SCATTER,
-      "scatter",
+      __func__,
+      "mpi_all:scatter",
       opts.timeout,
       outputTensors,
       inputTensors,
@@ -1081,15 +1217,16 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::reduce_scatter(
     std::vector<at::Tensor>& outputTensors,
     std::vector<std::vector<at::Tensor>>& inputTensors,
     const c10d::ReduceScatterOptions& opts) {
-  const Check check(*group_, "reduce_scatter");
+  const Check check(*group_, __func__);
   at::Tensor& output = check.one(outputTensors, "outputTensors");
   const std::vector<at::Tensor>& inputs = check.oneList(inputTensors, "inputTensors");
   check.perRank(inputs, output, "inputTensors[0]");
   const Reduction op = check.reduction(opts.reduceOp, output);
   return enqueue(
-      queue_,
+      &queue_,
       c10d::OpType::REDUCE_SCATTER,
-      "reduce_scatter",
+      __func__,
+      "mpi_all:reduce_scatter",
       opts.timeout,
       outputTensors,
       inputTensors,
@@ -1107,14 +1244,15 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::_reduce_scatter_base(
     at::Tensor& outputBuffer,
     at::Tensor& inputBuffer,
     const c10d::ReduceScatterOptions& opts) {
-  const Check check(*group_, "_reduce_scatter_base");
+  const Check check(*group_, __func__);
   check.tensor(outputBuffer, "outputBuffer");
   check.scaled(inputBuffer, outputBuffer, check.size(), "inputBuffer");
   const Reduction op = check.reduction(opts.reduceOp, outputBuffer);
   return enqueue(
-      queue_,
+      &queue_,
       c10d::OpType::_REDUCE_SCATTER_BASE,
-      "_reduce_scatter_base",
+      __func__,
+      "mpi_all:_reduce_scatter_base",
       opts.timeout,
       std::vector<at::Tensor>{outputBuffer},
       std::vector<at::Tensor>{inputBuffer},
@@ -1132,14 +1270,15 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs,
     std::vector<at::Tensor>& inputs,
     const c10d::ReduceScatterOptions& opts) {
-  const Check check(*group_, "reduce_scatter_tensor_coalesced");
+  const Check check(*group_, __func__);
   check.many(outputs, "outputs");
   check.scaledPairs(inputs, outputs, check.size(), "inputs");
   const Reduction op = check.reduction(opts.reduceOp, outputs.front());
   return enqueue(
-      queue_,
+      &queue_,
       c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED,
-      "reduce_scatter_tensor_coalesced",
+      __func__,
+      "mpi_all:reduce_scatter_tensor_coalesced",
       opts.timeout,
       outputs,
       inputs,
@@ -1159,16 +1298,17 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::alltoall_base(
     std::vector<int64_t>& outputSplitSizes,
     std::vector<int64_t>& inputSplitSizes,
     const c10d::AllToAllOptions& opts) {
-  const Check check(*group_, "alltoall_base");
+  const Check check(*group_, __func__);
   check.tensor(inputBuffer, "inputBuffer");
   check.tensor(outputBuffer, "outputBuffer");
   check.sameDtype(outputBuffer, inputBuffer, "outputBuffer");
   const std::vector<int64_t> outputSplits = check.splits(outputSplitSizes, outputBuffer, "outputSplitSizes");
   const std::vector<int64_t> inputSplits = check.splits(inputSplitSizes, inputBuffer, "inputSplitSizes");
   return enqueue(
-      queue_,
+      &queue_,
       c10d::OpType::ALLTOALL_BASE,
-      "alltoall_base",
+      __func__,
+      "mpi_all:alltoall_base",
       opts.timeout,
       std::vector<at::Tensor>{outputBuffer},
       std::vector<at::Tensor>{inputBuffer},
@@ -1182,14 +1322,15 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::alltoall(
     std::vector<at::Tensor>& outputTensors,
     std::vector<at::Tensor>& inputTensors,
     const c10d::AllToAllOptions& opts) {
-  const Check check(*group_, "alltoall");
+  const Check check(*group_, __func__);
   check.perRankAnyShape(inputTensors, "inputTensors");
   check.perRankAnyShape(outputTensors, "outputTensors");
   check.sameDtype(outputTensors.front(), inputTensors.front(), "outputTensors");
   return enqueue(
-      queue_,
+      &queue_,
       c10d::OpType::ALLTOALL,
-      "alltoall",
+      __func__,
+      "mpi_all:alltoall",
       opts.timeout,
       outputTensors,
       inputTensors,
@@ -1203,13 +1344,14 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::send(
     std::vector<at::Tensor>& tensors,
     int dstRank,
     int tag) {
-  const Check check(*group_, "send");
+  const Check check(*group_, __func__);
   const at::Tensor& tensor = check.one(tensors, "tensors");
   const int dst = check.peer(dstRank, "dstRank");
   return enqueue(
-      queue_,
+      nullptr,
       c10d::OpType::SEND,
-      "send",
+      __func__,
+      "mpi_all:send",
       c10d::kUnsetTimeout,
       tensors,
       c10::IValue(),
@@ -1223,13 +1365,14 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::recv(
     std::vector<at::Tensor>& tensors,
     int srcRank,
     int tag) {
-  const Check check(*group_, "recv");
+  const Check check(*group_, __func__);
   at::Tensor& tensor = check.one(tensors, "tensors");
   const int src = check.peer(srcRank, "srcRank");
   return enqueue(
-      receives_,
+      &receives_,
       c10d::OpType::RECV,
-      "recv",
+      __func__,
+      "mpi_all:recv",
       c10d::kUnsetTimeout,
       tensors,
       c10::IValue(),
@@ -1242,12 +1385,13 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::recv(
 c10::intrusive_ptr<c10d::Work> BackendMpiAll::recvAnysource(
     std::vector<at::Tensor>& tensors,
     int tag) {
-  const Check check(*group_, "recvAnysource");
+  const Check check(*group_, __func__);
   at::Tensor& tensor = check.one(tensors, "tensors");
   return enqueue(
-      receives_,
+      &receives_,
       c10d::OpType::RECVANYSOURCE,
-      "recvAnysource",
+      __func__,
+      "mpi_all:recvAnysource",
       c10d::kUnsetTimeout,
       tensors,
       c10::IValue(),
@@ -1260,9 +1404,10 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::recvAnysource(
 c10::intrusive_ptr<c10d::Work> BackendMpiAll::barrier(
     const c10d::BarrierOptions& opts) {
   return enqueue(
-      queue_,
+      &queue_,
       c10d::OpType::BARRIER,
-      "barrier",
+      __func__,
+      "mpi_all:barrier",
       opts.timeout,
       std::vector<at::Tensor>{},
       c10::IValue(),

@@ -45,13 +45,19 @@ struct OpContext {
   const Group& group;
   const char* op;  // the op's name, e.g. "allreduce"
   uint64_t seq;    // the op's number among this group's ops on this rank
+  // For a collective: its number among the group's collectives, the same on
+  // every rank (ranks issue a group's collectives in the same order). Use it
+  // to tell collectives apart on the wire.
+  uint64_t collective;
   std::chrono::steady_clock::time_point deadline;  // give up after this
   std::chrono::milliseconds timeout;               // the op's timeout
+  const std::atomic<bool>& cancelled;              // the op was failed or aborted
 
-  // True once the op should give up: its deadline passed or the group was
-  // destroyed. Check it while waiting for peers.
+  // True once the op should give up: its deadline passed, it was cancelled,
+  // or the group was destroyed. Check it while waiting for peers.
   bool expired() const {
-    return group.aborted.load(std::memory_order_relaxed) ||
+    return cancelled.load(std::memory_order_relaxed) ||
+        group.aborted.load(std::memory_order_relaxed) ||
         std::chrono::steady_clock::now() > deadline;
   }
 };
@@ -66,13 +72,16 @@ bool supportsReduction(Reduction op, c10::ScalarType dtype);
 // are ranks of the group and in range, and tensor counts, dtypes and sizes
 // match what the op needs on this rank. Throw (TORCH_CHECK) to fail the op;
 // the message reaches the caller as a RuntimeError naming the backend and op.
+// After a collective failed, the plumbing fails every later op of the group
+// without calling its body.
 //
-// Receives (recv, recvAnysource) are the exception: they run, in the order
-// they were called, on a second worker thread, at the same time as the other
-// ops. A receive waits for its sender, and a rank may post it before its own
-// send (irecv then isend, as batch_isend_irecv does); on the one thread it
-// would hold that send back and both ranks would wait forever. So a receive
-// body must be safe to run alongside any other op body.
+// Point-to-point ops are the exceptions. A send runs on the caller's thread,
+// as gloo and MPI post it, so it never waits behind queued collectives: it
+// must post the message and return. Receives (recv, recvAnysource) run, in
+// the order they were called, on a second worker thread, at the same time as
+// the other ops: a receive waits for its sender, and a rank may post it before
+// its own send (irecv then isend, as batch_isend_irecv does). So send and
+// receive bodies must be safe to run alongside any other op body.
 namespace ops {
 
 // Copies the root's tensor into the tensor of every rank.
@@ -123,7 +132,7 @@ void alltoall_base(const OpContext& ctx, at::Tensor& output, const at::Tensor& i
 // Every rank sends its i-th tensor to rank i.
 void alltoall(const OpContext& ctx, std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& inputs);
 
-// Sends the tensor to one peer, matched by tag.
+// Sends the tensor to one peer, matched by tag. (runs on the caller's thread)
 void send(const OpContext& ctx, const at::Tensor& tensor, int dst, int tag);
 
 // Receives a tensor from one peer, matched by tag. (runs on the receive thread)

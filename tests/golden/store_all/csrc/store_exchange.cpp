@@ -28,7 +28,10 @@ struct Header {
 };
 static_assert(sizeof(Header) == 16, "the payload must stay 16-byte aligned");
 constexpr uint32_t kTensorMagic = 0x31584e42;  // "BNX1"
-constexpr uint32_t kAbortMagic = 0x21584e42;   // "BNX!": the group was destroyed
+// What abort() puts under a key its rank waits for, to wake it: a store
+// wait cannot be interrupted otherwise. The header's dtype is the rank that
+// wrote it, so a peer that reads it first knows who destroyed its group.
+constexpr uint32_t kAbortMagic = 0x21584e42;  // "BNX!"
 
 Blob encode(const at::Tensor& tensor) {
   const at::Tensor bytes = tensor.cpu().contiguous();
@@ -46,13 +49,6 @@ Blob encode(const at::Tensor& tensor) {
 // (on the current stream, which is the backend's stream for CUDA ops).
 at::Tensor onHost(const at::Tensor& tensor) {
   return tensor.is_cpu() ? tensor : tensor.cpu();
-}
-
-Blob abortBlob() {
-  Blob blob(sizeof(Header));
-  const Header header{kAbortMagic, 0, 0};
-  std::memcpy(blob.data(), &header, sizeof(Header));
-  return blob;
 }
 
 // The TCPStore server refuses a value over 8 MiB, so a longer message is
@@ -173,7 +169,9 @@ at::Tensor decode(Blob blob, const at::Tensor& like, int64_t numel, int fromRank
   TORCH_CHECK(blob.size() >= sizeof(Header), "rank ", fromRank, " sent a malformed message");
   Header header;
   std::memcpy(&header, blob.data(), sizeof(Header));
-  TORCH_CHECK(header.magic != kAbortMagic, "the process group was destroyed while waiting for rank ", fromRank);
+  TORCH_CHECK(
+      header.magic != kAbortMagic,
+      "rank ", header.dtype, " destroyed its process group while this rank waited for rank ", fromRank);
   TORCH_CHECK(header.magic == kTensorMagic, "rank ", fromRank, " sent a malformed message");
   const auto dtype = static_cast<c10::ScalarType>(header.dtype);
   TORCH_CHECK(
@@ -222,7 +220,7 @@ c10d::Store& StoreExchange::receiving() {
 
 std::string StoreExchange::collectiveKey(const OpContext& ctx, const std::string& name) {
   std::ostringstream key;
-  key << ctx.group.backend << "/c" << collective_ << "." << step_ << "/" << name;
+  key << ctx.group.backend << "/c" << ctx.collective << "." << step_ << "/" << name;
   return key.str();
 }
 
@@ -232,15 +230,11 @@ std::string StoreExchange::p2pKey(int src, int dst, int tag, uint64_t n) const {
   return key.str();
 }
 
-void StoreExchange::put(const std::string& key, const at::Tensor& tensor) {
-  setMessages(traffic(), {key}, {encode(tensor)});
-}
-
-void StoreExchange::await(
-    const OpContext& ctx,
-    const std::vector<std::string>& keys,
-    const std::vector<int>& fromRanks) {
-  await(ctx, ops_, keys, fromRanks);
+void StoreExchange::put(const std::vector<std::string>& keys, std::vector<Blob> blobs) {
+  for (size_t i = 0; i < keys.size(); ++i) {
+    written_.emplace_back(keys[i], blobs[i].size());
+  }
+  setMessages(traffic(), keys, std::move(blobs));
 }
 
 void StoreExchange::await(
@@ -250,7 +244,8 @@ void StoreExchange::await(
     const std::vector<int>& fromRanks) {
   c10d::Store& store = connection(channel);
   {
-    std::lock_guard<std::mutex> lock(waitingMutex_);
+    std::lock_guard<std::mutex> lock(waitMutex_);
+    rank_ = ctx.group.rank;
     TORCH_CHECK(!aborted_, "the process group was destroyed");
     channel.waiting = keys;
   }
@@ -260,26 +255,79 @@ void StoreExchange::await(
   if (!timedOut) {
     try {
       store.wait(keys, remaining);
+      // Reads that follow give up at the deadline too, should a key vanish.
+      store.setTimeout(std::max(
+          std::chrono::duration_cast<std::chrono::milliseconds>(ctx.deadline - Clock::now()),
+          std::chrono::milliseconds(1)));
     } catch (const c10::DistStoreError&) {
       timedOut = true;
     }
   }
+  bool aborted = false;
   {
-    std::lock_guard<std::mutex> lock(waitingMutex_);
+    std::lock_guard<std::mutex> lock(waitMutex_);
     channel.waiting.clear();
-    TORCH_CHECK(!aborted_, "the process group was destroyed");
+    aborted = aborted_;
+    if (aborted) {  // the markers that woke this thread: nobody else needs them
+      deleteMessages(store, channel.marked, std::vector<size_t>(channel.marked.size(), 0));
+      channel.marked.clear();
+    }
   }
-  if (timedOut) {
-    std::vector<int> missing;
-    for (size_t i = 0; i < keys.size(); ++i) {
-      if (!store.check({keys[i]})) {
-        missing.push_back(fromRanks[i]);
+  if (!aborted && !timedOut) {
+    return;
+  }
+  std::vector<int> missing;
+  for (size_t i = 0; !aborted && i < keys.size(); ++i) {
+    if (!store.check({keys[i]})) {
+      missing.push_back(fromRanks[i]);
+    }
+  }
+  if (&channel == &ops_) {
+    // The collective failed here, and the group with it: what this rank put
+    // for it goes when the group is destroyed (a peer may still be reading it).
+    std::lock_guard<std::mutex> lock(waitMutex_);
+    leftovers_.insert(leftovers_.end(), written_.begin(), written_.end());
+    written_.clear();
+    if (aborted_) {
+      deleteLeftovers(store);
+    }
+  }
+  TORCH_CHECK(!aborted, "the process group was destroyed");
+  TORCH_CHECK(
+      false,
+      "nothing from rank(s) ", ranksText(missing), " within the op's ", ctx.timeout.count(),
+      " ms timeout (a rank that never calls ", ctx.op, ", or that died, blocks the others)");
+}
+
+void StoreExchange::deleteLeftovers(c10d::Store& store) {
+  for (const auto& [key, bytes] : leftovers_) {
+    try {
+      deleteMessages(store, {key}, {bytes});
+    } catch (const std::exception&) {
+      return;  // the store is gone, and the keys with it
+    }
+  }
+  leftovers_.clear();
+}
+
+void StoreExchange::abort() {
+  std::lock_guard<std::mutex> lock(waitMutex_);
+  aborted_ = true;
+  deleteLeftovers(*store_);
+  Blob marker(sizeof(Header));
+  const Header header{kAbortMagic, rank_, 0};
+  std::memcpy(marker.data(), &header, sizeof(Header));
+  for (Channel* channel : {&ops_, &receives_}) {
+    for (const std::string& key : channel->waiting) {
+      try {
+        // Sets only keys that do not exist: compareSet with an empty expected value.
+        if (store_->compareSet(key, {}, marker) == marker) {
+          channel->marked.push_back(key);
+        }
+      } catch (const std::exception&) {
+        // The store is gone as well: the thread's wait fails on its own.
       }
     }
-    TORCH_CHECK(
-        false,
-        "nothing from rank(s) ", ranksText(missing), " within the op's ", ctx.timeout.count(),
-        " ms timeout (a rank that never calls ", ctx.op, ", or that died, blocks the others)");
   }
 }
 
@@ -311,8 +359,8 @@ std::vector<at::Tensor> StoreExchange::allgather(const OpContext& ctx, const at:
       from.push_back(r);
     }
   }
-  put(all[me], tensor);
-  await(ctx, keys, from);
+  put({all[me]}, {encode(tensor)});
+  await(ctx, ops_, keys, from);
   const size_t bytes = sizeof(Header) + tensor.nbytes();
   std::vector<Blob> blobs = getMessages(traffic(), keys, keys.size() * bytes);
   // Every rank's message is as long as this one's: the sizes were checked to match.
@@ -337,7 +385,7 @@ std::vector<at::Tensor> StoreExchange::gather(
   }
   beginExchange(ctx);
   if (me != root) {
-    put(collectiveKey(ctx, "r" + std::to_string(me)), tensor);
+    put({collectiveKey(ctx, "r" + std::to_string(me))}, {encode(tensor)});
     return {};
   }
   std::vector<std::string> keys;
@@ -348,7 +396,7 @@ std::vector<at::Tensor> StoreExchange::gather(
       from.push_back(r);
     }
   }
-  await(ctx, keys, from);
+  await(ctx, ops_, keys, from);
   std::vector<Blob> blobs =
       getMessages(traffic(), keys, keys.size() * (sizeof(Header) + tensor.nbytes()));
   deleteMessages(traffic(), keys, sizesOf(blobs));  // the root is the only reader
@@ -369,10 +417,10 @@ void StoreExchange::broadcast(const OpContext& ctx, at::Tensor& tensor, int root
   beginExchange(ctx);
   const std::string key = collectiveKey(ctx, "b");
   if (ctx.group.rank == root) {
-    put(key, tensor);
+    put({key}, {encode(tensor)});
     return;
   }
-  await(ctx, {key}, {root});
+  await(ctx, ops_, {key}, {root});
   Blob blob = std::move(getMessages(traffic(), {key}, sizeof(Header) + tensor.nbytes()).front());
   dropWhenAllRead(collectiveKey(ctx, "read"), size - 1, {key}, blob.size());
   tensor.copy_(decode(std::move(blob), tensor, tensor.numel(), root).view(tensor.sizes()));
@@ -398,11 +446,11 @@ at::Tensor StoreExchange::scatter(
         blobs.push_back(encode(chunks[r]));
       }
     }
-    setMessages(traffic(), keys, std::move(blobs));
+    put(keys, std::move(blobs));
     return chunks[me];
   }
   const std::string key = collectiveKey(ctx, "s" + std::to_string(me));
-  await(ctx, {key}, {root});
+  await(ctx, ops_, {key}, {root});
   Blob blob = std::move(getMessages(traffic(), {key}, sizeof(Header) + like.nbytes()).front());
   deleteMessages(traffic(), {key}, {blob.size()});
   return decode(std::move(blob), like, like.numel(), root).view(like.sizes());
@@ -437,8 +485,8 @@ std::vector<at::Tensor> StoreExchange::alltoall(
     from.push_back(r);
     expected.push_back(counts[r]);
   }
-  setMessages(traffic(), outgoing, std::move(blobs));
-  await(ctx, incoming, from);
+  put(outgoing, std::move(blobs));
+  await(ctx, ops_, incoming, from);
   size_t expectedBytes = 0;
   for (const int64_t count : expected) {
     expectedBytes += sizeof(Header) + static_cast<size_t>(count) * like.element_size();
@@ -474,22 +522,23 @@ void StoreExchange::barrier(const OpContext& ctx) {
       from.push_back(r);
     }
   }
-  traffic().set(all[me], Blob{});
-  await(ctx, others, from);
+  put({all[me]}, {Blob{}});
+  await(ctx, ops_, others, from);
   dropWhenAllRead(collectiveKey(ctx, "read"), size, all, 0);
 }
 
 void StoreExchange::send(const OpContext& ctx, const at::Tensor& tensor, int dst, int tag) {
-  const int me = ctx.group.rank;
-  uint64_t& n = sent_[{me, dst, tag}];
-  put(p2pKey(me, dst, tag, n), tensor);  // the receiver deletes it
+  Blob blob = encode(tensor);
+  std::lock_guard<std::mutex> lock(sendMutex_);
+  uint64_t& n = sent_[{dst, tag}];
+  // The receiver deletes it.
+  setMessages(connection(sends_), {p2pKey(ctx.group.rank, dst, tag, n)}, {std::move(blob)});
   ++n;
 }
 
 void StoreExchange::recv(const OpContext& ctx, at::Tensor& tensor, int src, int tag) {
-  const int me = ctx.group.rank;
-  uint64_t& n = received_[{src, me, tag}];
-  const std::string key = p2pKey(src, me, tag, n);
+  uint64_t& n = received_[{src, tag}];
+  const std::string key = p2pKey(src, ctx.group.rank, tag, n);
   await(ctx, receives_, {key}, {src});
   Blob blob = std::move(getMessages(receiving(), {key}, sizeof(Header) + tensor.nbytes()).front());
   deleteMessages(receiving(), {key}, {blob.size()});
@@ -504,14 +553,13 @@ int StoreExchange::recvAnysource(const OpContext& ctx, at::Tensor& tensor, int t
   auto pause = std::chrono::microseconds(50);
   for (;;) {
     for (int src = 0; src < ctx.group.size; ++src) {
-      if (src != me && receiving().check({p2pKey(src, me, tag, received_[{src, me, tag}])})) {
+      if (src != me && receiving().check({p2pKey(src, me, tag, received_[{src, tag}])})) {
         recv(ctx, tensor, src, tag);
         return src;
       }
     }
     TORCH_CHECK(!ctx.group.aborted.load(), "the process group was destroyed");
-    TORCH_CHECK(
-        Clock::now() < ctx.deadline,
+    TORCH_CHECK(!ctx.expired(),
         "no rank sent a message with tag ", tag, " within the op's ", ctx.timeout.count(),
         " ms timeout (is a matching send missing?)");
     std::this_thread::sleep_for(pause);
@@ -519,27 +567,11 @@ int StoreExchange::recvAnysource(const OpContext& ctx, at::Tensor& tensor, int t
   }
 }
 
-void StoreExchange::abort() {
-  std::lock_guard<std::mutex> lock(waitingMutex_);
-  aborted_ = true;
-  // Complete the keys the threads wait for, so that their wait() returns now.
-  // compareSet with an empty expected value only sets keys that do not exist.
-  for (const Channel* channel : {&ops_, &receives_}) {
-    for (const std::string& key : channel->waiting) {
-      try {
-        store_->compareSet(key, {}, abortBlob());
-      } catch (const std::exception&) {
-        // The store is gone as well: the thread's wait fails on its own.
-      }
-    }
-  }
-}
-
 void StoreExchange::beginExchange(const OpContext& ctx) {
-  if (ctx.seq != lastSeq_) {
-    lastSeq_ = ctx.seq;
-    ++collective_;
+  if (ctx.collective != collective_) {
+    collective_ = ctx.collective;
     step_ = 0;
+    written_.clear();
   } else {
     ++step_;
   }
