@@ -1,0 +1,428 @@
+"""Mutation testing of the test suites new-backend generates.
+
+A generated project's ``tests/`` is only worth the wrong implementations it
+catches. This harness proves that it catches the plausible ones: for each
+mutant in ``mutants.toml`` (a bug written as a find/replace patch on a
+rendered project's C++), it patches a rendered and built all-ops project,
+rebuilds it incrementally (only the patched file recompiles), runs the tests
+of the affected op (or the benchmark module's correctness check) and requires
+them to fail. A mutant whose tests pass *survived*: the generated suite misses
+that bug, and the fix is a new test in the template, not an exception here.
+
+    python mutation/mutate.py                      # every mutant, store and mpi
+    python mutation/mutate.py --impl store         # one implementation
+    python mutation/mutate.py --only broadcast-root-ignored -v
+    python mutation/mutate.py --list
+
+The projects are rendered and built once per implementation (in ``--workdir``,
+a temporary folder by default); each mutant is applied, rebuilt, tested and
+reverted in turn. The exit status is 0 when every mutant was killed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import tomllib
+
+HERE = Path(__file__).resolve().parent
+#: The catalogue of mutants.
+MUTANTS = HERE / "mutants.toml"
+#: The implementations the catalogue covers.
+IMPLS = ("store", "mpi")
+#: The per-op tests of a generated suite (file::function); ids end in ``-OP]``.
+OP_TESTS = (
+    "test_collectives.py::test_op",
+    "test_collectives.py::test_op_with_last_rank_as_root",
+    "test_collectives.py::test_op_async",
+    "test_collectives.py::test_op_on_noncontiguous_tensors",
+    "test_collectives.py::test_op_in_subgroups",
+    "test_matrix.py::test_dtypes_and_reduce_ops_like_gloo",
+)
+#: World sizes the mutants are tested at (the suite itself also runs 4).
+WORLD_SIZES = (2, 3)
+#: A mutant whose tests run longer than this counts as killed (the suite hangs).
+TEST_TIMEOUT = 300
+
+
+@dataclass(frozen=True)
+class Patch:
+    """Replace ``find`` (exactly once) with ``replace`` in ``file``, within ``scope``.
+
+    ``scope`` names a function of that file: the patch applies inside its
+    definition only (from the line that defines it to its closing brace), so
+    ``find`` needs to be unique there only. Empty: the whole file.
+    """
+
+    file: str
+    find: str
+    replace: str
+    scope: str = ""
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """A plausible bug in a generated op body, and which tests must catch it."""
+
+    name: str
+    impl: str
+    op: str
+    description: str
+    patches: tuple[Patch, ...]
+    #: Test functions (``file::function``) to run instead of OP_TESTS.
+    tests: tuple[str, ...] = ()
+    #: Run the benchmark module with these arguments instead of tests: it must
+    #: report wrong results.
+    bench: tuple[str, ...] = ()
+
+    @property
+    def id(self) -> str:
+        return f"{self.impl}:{self.name}"
+
+
+@dataclass
+class Outcome:
+    """What happened to one mutant."""
+
+    mutant: str
+    killed: bool
+    seconds: float
+    detail: str = ""
+
+
+@dataclass
+class Report:
+    """Every mutant's outcome, with the time the builds and the runs took."""
+
+    outcomes: list[Outcome] = field(default_factory=list)
+    build_seconds: dict[str, float] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def killed(self) -> int:
+        return sum(o.killed for o in self.outcomes)
+
+    @property
+    def survived(self) -> list[str]:
+        return [o.mutant for o in self.outcomes if not o.killed]
+
+    def summary(self) -> str:
+        lines = [
+            f"{'KILLED' if o.killed else 'SURVIVED':8} {o.mutant:55} {o.seconds:6.1f} s  {o.detail}"
+            for o in self.outcomes
+        ]
+        builds = ", ".join(f"{impl} {s:.0f} s" for impl, s in self.build_seconds.items())
+        lines.append(
+            f"mutants: {len(self.outcomes)}, killed: {self.killed}, survived: {len(self.survived)}"
+            f" (builds: {builds}; total {self.seconds:.0f} s)"
+        )
+        return "\n".join(lines)
+
+
+class MutationError(RuntimeError):
+    """The harness could not apply, build or test a mutant (not a survivor: a broken mutant)."""
+
+
+def load_mutants(path: Path = MUTANTS) -> list[Mutant]:
+    """The catalogue: one Mutant per [[mutant]] table and implementation it lists."""
+    data = tomllib.loads(path.read_text())
+    mutants = []
+    names = set()
+    for entry in data["mutant"]:
+        impls = entry["impl"] if isinstance(entry["impl"], list) else [entry["impl"]]
+        for impl in impls:
+            if impl not in IMPLS:
+                raise ValueError(f"mutant {entry['name']}: unknown impl {impl!r}")
+            raw = entry.get("patch", [])
+            raw = raw if isinstance(raw, list) else [raw]
+            raw = [p for p in raw if p.get("impl", impl) == impl]
+            if not raw:
+                raise ValueError(f"mutant {entry['name']}: no patch for {impl}")
+            patches = tuple(
+                Patch(p.get("file", "csrc/ops.cpp"), p["find"], p["replace"], p.get("scope", ""))
+                for p in raw
+            )
+            mutant = Mutant(
+                name=entry["name"],
+                impl=impl,
+                op=entry["op"],
+                description=" ".join(entry["description"].split()),
+                patches=patches,
+                tests=tuple(entry.get("tests", ())),
+                bench=tuple(entry.get("bench", ())),
+            )
+            if mutant.id in names:
+                raise ValueError(f"mutant {mutant.id} is listed twice")
+            names.add(mutant.id)
+            mutants.append(mutant)
+    return mutants
+
+
+def _scope_span(text: str, scope: str) -> tuple[int, int]:
+    """Where the definition of function ``scope`` lies in C++ ``text``: [start, end)."""
+    definition = rf"^\S[^\n;]*\b{re.escape(scope)}\([^;]*?\{{\n"
+    match = re.search(definition, text, re.MULTILINE | re.DOTALL)
+    if match is None:
+        raise MutationError(f"no definition of {scope}() found")
+    end = text.find("\n}\n", match.end())
+    if end < 0:
+        raise MutationError(f"no end of {scope}() found")
+    return match.start(), end + 3
+
+
+def apply_patch(text: str, patch: Patch) -> str:
+    """``text`` with ``patch`` applied; MutationError unless ``find`` occurs once in its scope."""
+    start, end = _scope_span(text, patch.scope) if patch.scope else (0, len(text))
+    region = text[start:end]
+    count = region.count(patch.find)
+    if count != 1:
+        where = f"{patch.scope}() in {patch.file}" if patch.scope else patch.file
+        raise MutationError(f"{patch.find!r} occurs {count} times in {where}, not once")
+    return text[:start] + region.replace(patch.find, patch.replace) + text[end:]
+
+
+@contextlib.contextmanager
+def mutated(project: Path, mutant: Mutant) -> Iterator[None]:
+    """Within the block ``project`` carries ``mutant``'s patches; restored afterwards."""
+    originals: dict[Path, str] = {}
+    try:
+        for patch in mutant.patches:
+            path = project / patch.file
+            text = path.read_text()
+            originals.setdefault(path, text)
+            path.write_text(apply_patch(text, patch))
+        yield
+    finally:
+        for path, text in originals.items():
+            path.write_text(text)
+
+
+def project_name(impl: str) -> str:
+    return f"mut_{impl}"
+
+
+def render(impl: str, output_dir: Path) -> Path:
+    """An all-ops project with implementation ``impl``, rendered into ``output_dir``."""
+    from new_backend import generate_project
+
+    return generate_project(
+        project_name(impl), ops="all", impl=impl, devices="cpu", output_dir=output_dir
+    ).target
+
+
+def build(project: Path, jobs: int = 2) -> float:
+    """Builds ``project`` in place with ninja (again: only what changed); the seconds it took."""
+    start = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "setup.py", "build_ext", "--inplace"],
+        cwd=project,
+        env={**os.environ, "MAX_JOBS": str(jobs)},
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    if done.returncode != 0:
+        lines = done.stdout.splitlines() + done.stderr.splitlines()
+        errors = [line for line in lines if "error" in line]
+        raise MutationError(f"build of {project.name} failed:\n" + "\n".join(errors[:20]))
+    return time.monotonic() - start
+
+
+def _env(project: Path) -> dict[str, str]:
+    macro = project.name.upper()
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(project / "src"), os.environ.get("PYTHONPATH", "")]),
+        "PYTHONUNBUFFERED": "1",
+        # A mutant may make ranks wait for each other forever: fail fast.
+        f"{macro}_TEST_CASE_TIMEOUT": "40",
+        f"{macro}_TEST_GROUP_TIMEOUT": "20",
+    }
+
+
+def collect(project: Path) -> list[str]:
+    """Every test id of the project's suite (``tests/file.py::function[params]``)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "tests", "--collect-only", "-q", "-p", "no:cacheprovider"],
+        cwd=project,
+        env=_env(project),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    ids = [line for line in done.stdout.splitlines() if line.startswith("tests/")]
+    if done.returncode != 0 or not ids:
+        output = done.stdout + done.stderr
+        raise MutationError(f"collecting the tests of {project.name} failed:\n{output}")
+    return ids
+
+
+def select(
+    ids: Sequence[str], mutant: Mutant, world_sizes: Sequence[int] = WORLD_SIZES
+) -> list[str]:
+    """The ids of the tests that must catch ``mutant``, in its tests' order.
+
+    A parametrised test is taken at ``world_sizes`` only, and, where it is
+    parametrised by op, for the mutant's op only.
+    """
+    wanted = mutant.tests or OP_TESTS
+    chosen = []
+    for function in wanted:
+        for test_id in ids:
+            base, _, params = test_id.partition("[")
+            if base != f"tests/{function}":
+                continue
+            parts = params.rstrip("]").split("-") if params else []
+            worlds = [p for p in parts if re.fullmatch(r"world\d+", p)]
+            if worlds and int(worlds[0][5:]) not in world_sizes:
+                continue
+            others = [p for p in parts if p not in worlds]
+            if others and function in OP_TESTS and others != [mutant.op]:
+                continue
+            chosen.append(test_id)
+    if not chosen:
+        raise MutationError(f"{mutant.id}: no test selected from {wanted}")
+    return chosen
+
+
+def run_tests(project: Path, test_ids: Sequence[str]) -> tuple[bool, str]:
+    """Runs ``test_ids``, stopping at the first failure: (killed, what killed it)."""
+    command = [sys.executable, "-m", "pytest", *test_ids, "-x", "-q", "-p", "no:cacheprovider"]
+    try:
+        done = subprocess.run(
+            command, cwd=project, env=_env(project), capture_output=True, text=True,
+            timeout=TEST_TIMEOUT,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return True, f"the tests hung for {TEST_TIMEOUT} s"
+    output = done.stdout + done.stderr
+    if done.returncode == 0:
+        return False, "every selected test passed"
+    failed = re.findall(r"^(?:FAILED|ERROR) (\S+)", output, re.MULTILINE)
+    if done.returncode == 1 and failed:
+        return True, failed[0].removeprefix("tests/")
+    raise MutationError(f"pytest exited with {done.returncode}:\n{output[-3000:]}")
+
+
+def run_bench(project: Path, args: Sequence[str]) -> tuple[bool, str]:
+    """Runs the project's benchmark module: killed when it reports wrong results."""
+    package = f"{project.name}_collectives"
+    with tempfile.TemporaryDirectory() as scratch:
+        command = [
+            sys.executable, "-m", f"{package}.bench", "-b", "64", "-e", "64", "-n", "1", "-w", "0",
+            "--reference", "none", "--out", str(Path(scratch) / "bench"), *args,
+        ]  # fmt: skip
+        try:
+            done = subprocess.run(
+                command, cwd=project, env=_env(project), capture_output=True, text=True,
+                timeout=TEST_TIMEOUT,
+            )  # fmt: skip
+        except subprocess.TimeoutExpired:
+            return True, f"the benchmark hung for {TEST_TIMEOUT} s"
+    output = done.stdout + done.stderr
+    match = re.search(r"# Out of bounds values : (\d+) (OK|FAILED)", output)
+    if match is None:
+        raise MutationError(f"the benchmark printed no correctness line:\n{output[-3000:]}")
+    wrong = int(match.group(1))
+    return wrong > 0, f"bench: {wrong} wrong values"
+
+
+def run_mutant(
+    project: Path, mutant: Mutant, ids: Sequence[str], world_sizes: Sequence[int]
+) -> Outcome:
+    """Applies, rebuilds, tests and reverts one mutant."""
+    start = time.monotonic()
+    with mutated(project, mutant):
+        build(project)
+        if mutant.bench:
+            killed, detail = run_bench(project, mutant.bench)
+        else:
+            killed, detail = run_tests(project, select(ids, mutant, world_sizes))
+    return Outcome(mutant.id, killed, time.monotonic() - start, detail)
+
+
+def prepare(impl: str, workdir: Path) -> tuple[Path, float]:
+    """Renders and builds the all-ops ``impl`` project under ``workdir`` (reused when there)."""
+    project = workdir / project_name(impl)
+    if not project.exists():
+        render(impl, workdir)
+    return project, build(project)
+
+
+def run(
+    mutants: Sequence[Mutant],
+    workdir: Path,
+    world_sizes: Sequence[int] = WORLD_SIZES,
+    log=print,
+) -> Report:
+    """Runs every mutant (grouped by implementation); the report."""
+    report = Report()
+    start = time.monotonic()
+    for impl in IMPLS:
+        chosen = [m for m in mutants if m.impl == impl]
+        if not chosen:
+            continue
+        project, seconds = prepare(impl, workdir)
+        report.build_seconds[impl] = seconds
+        log(f"{impl}: built {project} in {seconds:.0f} s; {len(chosen)} mutants")
+        ids = collect(project)
+        for mutant in chosen:
+            outcome = run_mutant(project, mutant, ids, world_sizes)
+            report.outcomes.append(outcome)
+            verdict = "KILLED" if outcome.killed else "SURVIVED"
+            log(f"{verdict:8} {outcome.mutant:55} {outcome.seconds:6.1f} s  {outcome.detail}")
+        build(project)  # leave the project as generated
+    report.seconds = time.monotonic() - start
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line: runs the catalogue, prints the report; 0 if every mutant was killed."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--impl", default=",".join(IMPLS), help="comma-separated: store, mpi")
+    parser.add_argument("--only", action="append", default=[], help="a mutant's name (repeatable)")
+    parser.add_argument("--world-sizes", default=",".join(map(str, WORLD_SIZES)))
+    parser.add_argument("--workdir", type=Path, help="where to render and build (kept; reused)")
+    parser.add_argument("--json", type=Path, help="write the report here too")
+    parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    args = parser.parse_args(argv)
+    impls = args.impl.split(",")
+    mutants = [
+        m for m in load_mutants() if m.impl in impls and (not args.only or m.name in args.only)
+    ]
+    if args.list:
+        for m in mutants:
+            print(f"{m.id:55} {m.description}")
+        return 0
+    if not mutants:
+        parser.error("no mutant selected")
+    world_sizes = [int(w) for w in args.world_sizes.split(",")]
+    if args.workdir is not None:
+        args.workdir.mkdir(parents=True, exist_ok=True)
+        report = run(mutants, args.workdir, world_sizes)
+    else:
+        workdir = Path(tempfile.mkdtemp(prefix="new-backend-mutation-"))
+        try:
+            report = run(mutants, workdir, world_sizes)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+    print(report.summary())
+    if args.json:
+        args.json.write_text(json.dumps(asdict(report), indent=2))
+    return 0 if not report.survived else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
