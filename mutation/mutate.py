@@ -94,12 +94,20 @@ class Mutant:
 
 @dataclass
 class Outcome:
-    """What happened to one mutant."""
+    """What happened to one mutant: killed, survived, or (``error``) it could not be tried."""
 
     mutant: str
     killed: bool
     seconds: float
     detail: str = ""
+    error: bool = False
+
+    @property
+    def verdict(self) -> str:
+        return "ERROR" if self.error else "KILLED" if self.killed else "SURVIVED"
+
+    def line(self) -> str:
+        return f"{self.verdict:8} {self.mutant:55} {self.seconds:6.1f} s  {self.detail}"
 
 
 @dataclass
@@ -116,17 +124,18 @@ class Report:
 
     @property
     def survived(self) -> list[str]:
-        return [o.mutant for o in self.outcomes if not o.killed]
+        return [o.mutant for o in self.outcomes if not o.killed and not o.error]
+
+    @property
+    def errors(self) -> list[str]:
+        return [o.mutant for o in self.outcomes if o.error]
 
     def summary(self) -> str:
-        lines = [
-            f"{'KILLED' if o.killed else 'SURVIVED':8} {o.mutant:55} {o.seconds:6.1f} s  {o.detail}"
-            for o in self.outcomes
-        ]
+        lines = [o.line() for o in self.outcomes]
         builds = ", ".join(f"{impl} {s:.0f} s" for impl, s in self.build_seconds.items())
         lines.append(
             f"mutants: {len(self.outcomes)}, killed: {self.killed}, survived: {len(self.survived)}"
-            f" (builds: {builds}; total {self.seconds:.0f} s)"
+            f", errors: {len(self.errors)} (builds: {builds}; total {self.seconds:.0f} s)"
         )
         return "\n".join(lines)
 
@@ -342,14 +351,17 @@ def run_bench(project: Path, args: Sequence[str]) -> tuple[bool, str]:
 def run_mutant(
     project: Path, mutant: Mutant, ids: Sequence[str], world_sizes: Sequence[int]
 ) -> Outcome:
-    """Applies, rebuilds, tests and reverts one mutant."""
+    """Applies, rebuilds, tests and reverts one mutant (an error: the mutant is broken)."""
     start = time.monotonic()
-    with mutated(project, mutant):
-        build(project)
-        if mutant.bench:
-            killed, detail = run_bench(project, mutant.bench)
-        else:
-            killed, detail = run_tests(project, select(ids, mutant, world_sizes))
+    try:
+        with mutated(project, mutant):
+            build(project)
+            if mutant.bench:
+                killed, detail = run_bench(project, mutant.bench)
+            else:
+                killed, detail = run_tests(project, select(ids, mutant, world_sizes))
+    except MutationError as e:
+        return Outcome(mutant.id, False, time.monotonic() - start, str(e)[:2000], error=True)
     return Outcome(mutant.id, killed, time.monotonic() - start, detail)
 
 
@@ -381,8 +393,7 @@ def run(
         for mutant in chosen:
             outcome = run_mutant(project, mutant, ids, world_sizes)
             report.outcomes.append(outcome)
-            verdict = "KILLED" if outcome.killed else "SURVIVED"
-            log(f"{verdict:8} {outcome.mutant:55} {outcome.seconds:6.1f} s  {outcome.detail}")
+            log(outcome.line())
         build(project)  # leave the project as generated
     report.seconds = time.monotonic() - start
     return report
@@ -421,7 +432,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(report.summary())
     if args.json:
         args.json.write_text(json.dumps(asdict(report), indent=2))
-    return 0 if not report.survived else 1
+    return 0 if report.killed == len(report.outcomes) else 1
 
 
 if __name__ == "__main__":

@@ -112,7 +112,7 @@ class Ctx:
         return strided
 
     def data(self, rank: int, shift: int = 0, n: int | None = None) -> torch.Tensor:
-        """What ``rank`` sends as its ``shift``-th tensor: integers 1 to 8 that tell ranks and chunks apart.
+        """What ``rank`` sends as its ``shift``-th tensor: integers 1 to 8 that tell ranks apart.
 
         Element 0 is ``1 + rank``, element 1 is ``1 + (rank + shift) % 8``: up to
         8 ranks and 8 shifts, every (rank, shift) sends a different tensor, so a
