@@ -86,6 +86,8 @@ class Mutant:
     #: Run the benchmark module with these arguments instead of tests: it must
     #: report wrong results.
     bench: tuple[str, ...] = ()
+    #: Never tested in a batch with other mutants.
+    alone: bool = False
 
     @property
     def id(self) -> str:
@@ -171,6 +173,7 @@ def load_mutants(path: Path = MUTANTS) -> list[Mutant]:
                 patches=patches,
                 tests=tuple(entry.get("tests", ())),
                 bench=tuple(entry.get("bench", ())),
+                alone=bool(entry.get("alone", False)),
             )
             if mutant.id in names:
                 raise ValueError(f"mutant {mutant.id} is listed twice")
@@ -203,11 +206,11 @@ def apply_patch(text: str, patch: Patch) -> str:
 
 
 @contextlib.contextmanager
-def mutated(project: Path, mutant: Mutant) -> Iterator[None]:
-    """Within the block ``project`` carries ``mutant``'s patches; restored afterwards."""
+def mutated(project: Path, *mutants: Mutant) -> Iterator[None]:
+    """Within the block ``project`` carries the patches of ``mutants``; restored afterwards."""
     originals: dict[Path, str] = {}
     try:
-        for patch in mutant.patches:
+        for patch in [patch for mutant in mutants for patch in mutant.patches]:
             path = project / patch.file
             text = path.read_text()
             originals.setdefault(path, text)
@@ -306,23 +309,36 @@ def select(
     return chosen
 
 
-def run_tests(project: Path, test_ids: Sequence[str]) -> tuple[bool, str]:
-    """Runs ``test_ids``, stopping at the first failure: (killed, what killed it)."""
-    command = [sys.executable, "-m", "pytest", *test_ids, "-x", "-q", "-p", "no:cacheprovider"]
-    try:
-        done = subprocess.run(
-            command, cwd=project, env=_env(project), capture_output=True, text=True,
-            timeout=TEST_TIMEOUT,
-        )  # fmt: skip
-    except subprocess.TimeoutExpired:
-        return True, f"the tests hung for {TEST_TIMEOUT} s"
-    output = done.stdout + done.stderr
-    if done.returncode == 0:
-        return False, "every selected test passed"
-    failed = re.findall(r"^(?:FAILED|ERROR) (\S+)", output, re.MULTILINE)
-    if done.returncode == 1 and failed:
-        return True, failed[0].removeprefix("tests/")
-    raise MutationError(f"pytest exited with {done.returncode}:\n{output[-3000:]}")
+def _pytest(
+    project: Path, mutant_of: dict[str, str], stop_at_first: bool, timeout: float
+) -> tuple[dict[str, str], str | None]:
+    """Runs the tests in ``mutant_of`` (test id -> mutant) through mutation_plugin.
+
+    Returns the first failing test of each mutant that had one, and why the
+    run went wrong otherwise (None when pytest ran to its end).
+    """
+    with tempfile.TemporaryDirectory() as scratch:
+        killed_file = Path(scratch) / "killed.json"
+        env = _env(project)
+        env["PYTHONPATH"] = os.pathsep.join([str(HERE), env["PYTHONPATH"]])
+        env["NEW_BACKEND_MUTANT_OF"] = json.dumps(mutant_of)
+        env["NEW_BACKEND_MUTANTS_KILLED"] = str(killed_file)
+        command = [
+            sys.executable, "-m", "pytest", *mutant_of, "-q", "-p", "no:cacheprovider",
+            "-p", "mutation_plugin", *(["-x"] if stop_at_first else []),
+        ]  # fmt: skip
+        problem = None
+        try:
+            done = subprocess.run(
+                command, cwd=project, env=env, capture_output=True, text=True, timeout=timeout
+            )
+            if done.returncode not in (0, 1):
+                output = done.stdout + done.stderr
+                problem = f"pytest exited with {done.returncode}:\n{output[-3000:]}"
+        except subprocess.TimeoutExpired:
+            problem = f"the tests ran for over {timeout:.0f} s"
+        killed = json.loads(killed_file.read_text()) if killed_file.exists() else {}
+    return killed, problem
 
 
 def run_bench(project: Path, args: Sequence[str]) -> tuple[bool, str]:
@@ -348,21 +364,110 @@ def run_bench(project: Path, args: Sequence[str]) -> tuple[bool, str]:
     return wrong > 0, f"bench: {wrong} wrong values"
 
 
-def run_mutant(
-    project: Path, mutant: Mutant, ids: Sequence[str], world_sizes: Sequence[int]
-) -> Outcome:
-    """Applies, rebuilds, tests and reverts one mutant (an error: the mutant is broken)."""
+#: Ops whose tests also call another op (send/recv tests need both ends).
+COMPANIONS = {"send": {"recv"}, "recv": {"send"}, "recvAnysource": {"send"}}
+
+
+def exercised(mutant: Mutant) -> set[str]:
+    """The ops the tests of ``mutant`` call."""
+    return {mutant.op} | COMPANIONS.get(mutant.op, set())
+
+
+def footprint(text: str, mutant: Mutant, ops: set[str]) -> set[str] | None:
+    """The ops whose behaviour ``mutant`` may change (None: any op).
+
+    A patch in an op's function changes that op; a patch in a helper changes
+    every op whose function calls it, directly or through other helpers; a
+    patch that only adds text at file level changes nothing by itself.
+    """
+    bodies = {}
+    for name in re.findall(r"^\S[^\n;(]*?\b(\w+)\([^;]*?\{\n", text, re.MULTILINE | re.DOTALL):
+        with contextlib.suppress(MutationError):
+            start, end = _scope_span(text, name)
+            bodies[name] = text[start:end]
+    changed: set[str] = set()
+    for patch in mutant.patches:
+        if patch.file != "csrc/ops.cpp":
+            return None
+        if not patch.scope:
+            if patch.find not in patch.replace:
+                return None  # rewrites shared code at file level
+            continue
+        reach, grew = {patch.scope}, True
+        while grew:  # the functions that call a function in reach
+            callers = {
+                name for name, body in bodies.items()
+                if name not in reach and any(re.search(rf"(?<![\w.>]){f}\(", body) for f in reach)
+            }  # fmt: skip
+            reach |= callers
+            grew = bool(callers)
+        changed |= reach & ops
+    return changed
+
+
+def batches(mutants: Sequence[Mutant], text: str, ops: set[str]) -> list[list[Mutant]]:
+    """Groups ``mutants`` so that no mutant of a group changes an op another one's tests call."""
+    groups: list[list[Mutant]] = []
+    footprints: dict[str, set[str]] = {}
+    changed = {m.id: footprint(text, m, ops) for m in mutants}
+    # The mutants that change most ops first: each starts a group the others fill.
+    ordered = sorted(mutants, key=lambda m: -len(ops if changed[m.id] is None else changed[m.id]))
+    for mutant in ordered:
+        changes = changed[mutant.id]
+        if mutant.alone or mutant.bench or changes is None:
+            groups.append([mutant])
+            continue
+        footprints[mutant.id] = changes
+        for group in groups:
+            if len(group) > 1 or (group[0].id in footprints):
+                clash = any(
+                    footprints[m.id] & exercised(mutant)
+                    or changes & exercised(m)
+                    or exercised(m) & exercised(mutant)
+                    for m in group
+                )
+                if not clash:
+                    group.append(mutant)
+                    break
+        else:
+            groups.append([mutant])
+    return groups
+
+
+def run_batch(
+    project: Path, batch: Sequence[Mutant], ids: Sequence[str], world_sizes: Sequence[int]
+) -> list[Outcome]:
+    """Applies the mutants of ``batch`` together, rebuilds once, tests each; reverts."""
     start = time.monotonic()
     try:
-        with mutated(project, mutant):
+        with mutated(project, *batch):
             build(project)
-            if mutant.bench:
-                killed, detail = run_bench(project, mutant.bench)
-            else:
-                killed, detail = run_tests(project, select(ids, mutant, world_sizes))
+            if len(batch) == 1 and batch[0].bench:
+                killed, detail = run_bench(project, batch[0].bench)
+                return [Outcome(batch[0].id, killed, time.monotonic() - start, detail)]
+            mutant_of = {
+                test_id: mutant.id
+                for mutant in batch
+                for test_id in select(ids, mutant, world_sizes)
+            }
+            killed_by, problem = _pytest(
+                project, mutant_of, stop_at_first=len(batch) == 1, timeout=TEST_TIMEOUT * len(batch)
+            )
     except MutationError as e:
-        return Outcome(mutant.id, False, time.monotonic() - start, str(e)[:2000], error=True)
-    return Outcome(mutant.id, killed, time.monotonic() - start, detail)
+        seconds = time.monotonic() - start
+        return [Outcome(m.id, False, seconds, str(e)[:2000], error=True) for m in batch]
+    seconds = (time.monotonic() - start) / len(batch)
+    outcomes = []
+    for mutant in batch:
+        if mutant.id in killed_by:
+            outcomes.append(
+                Outcome(mutant.id, True, seconds, killed_by[mutant.id].removeprefix("tests/"))
+            )
+        elif problem is not None:
+            outcomes.append(Outcome(mutant.id, False, seconds, problem, error=True))
+        else:
+            outcomes.append(Outcome(mutant.id, False, seconds, "every selected test passed"))
+    return outcomes
 
 
 def prepare(impl: str, workdir: Path) -> tuple[Path, float]:
@@ -378,8 +483,12 @@ def run(
     workdir: Path,
     world_sizes: Sequence[int] = WORLD_SIZES,
     log=print,
+    batch: bool = True,
 ) -> Report:
-    """Runs every mutant (grouped by implementation); the report."""
+    """Runs every mutant (by implementation, in batches unless ``batch`` is false); the report."""
+    from new_backend.catalogue import load_catalogue
+
+    ops = {op.name for op in load_catalogue().ops}
     report = Report()
     start = time.monotonic()
     for impl in IMPLS:
@@ -388,12 +497,16 @@ def run(
             continue
         project, seconds = prepare(impl, workdir)
         report.build_seconds[impl] = seconds
-        log(f"{impl}: built {project} in {seconds:.0f} s; {len(chosen)} mutants")
         ids = collect(project)
-        for mutant in chosen:
-            outcome = run_mutant(project, mutant, ids, world_sizes)
-            report.outcomes.append(outcome)
-            log(outcome.line())
+        text = (project / "csrc" / "ops.cpp").read_text()
+        groups = batches(chosen, text, ops) if batch else [[m] for m in chosen]
+        log(
+            f"{impl}: built {project} in {seconds:.0f} s; {len(chosen)} mutants, {len(groups)} runs"
+        )
+        for group in groups:
+            for outcome in run_batch(project, group, ids, world_sizes):
+                report.outcomes.append(outcome)
+                log(outcome.line())
         build(project)  # leave the project as generated
     report.seconds = time.monotonic() - start
     return report
@@ -408,6 +521,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, help="where to render and build (kept; reused)")
     parser.add_argument("--json", type=Path, help="write the report here too")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    parser.add_argument(
+        "--one-by-one", action="store_true", help="one build and test run per mutant (no batches)"
+    )
     args = parser.parse_args(argv)
     impls = args.impl.split(",")
     mutants = [
@@ -422,11 +538,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     world_sizes = [int(w) for w in args.world_sizes.split(",")]
     if args.workdir is not None:
         args.workdir.mkdir(parents=True, exist_ok=True)
-        report = run(mutants, args.workdir, world_sizes)
+        report = run(mutants, args.workdir, world_sizes, batch=not args.one_by_one)
     else:
         workdir = Path(tempfile.mkdtemp(prefix="new-backend-mutation-"))
         try:
-            report = run(mutants, workdir, world_sizes)
+            report = run(mutants, workdir, world_sizes, batch=not args.one_by_one)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
     print(report.summary())
