@@ -470,6 +470,16 @@ def run_batch(
     return outcomes
 
 
+def check_baseline(
+    project: Path, mutants: Sequence[Mutant], ids: Sequence[str], world_sizes: Sequence[int]
+) -> None:
+    """Every test selected for ``mutants`` passes on the project as generated."""
+    selected = {t: "baseline" for m in mutants if not m.bench for t in select(ids, m, world_sizes)}
+    failed, problem = _pytest(project, selected, stop_at_first=True, timeout=3600)
+    if failed or problem:
+        raise MutationError(f"without a mutant, {failed or problem}")
+
+
 def prepare(impl: str, workdir: Path) -> tuple[Path, float]:
     """Renders and builds the all-ops ``impl`` project under ``workdir`` (reused when there)."""
     project = workdir / project_name(impl)
@@ -484,8 +494,14 @@ def run(
     world_sizes: Sequence[int] = WORLD_SIZES,
     log=print,
     batch: bool = True,
+    baseline: bool = False,
 ) -> Report:
-    """Runs every mutant (by implementation, in batches unless ``batch`` is false); the report."""
+    """Runs every mutant (by implementation, in batches unless ``batch`` is false); the report.
+
+    With ``baseline``, first runs every selected test on the project as
+    generated: they must all pass, or a "killed" would prove nothing. (The
+    generator's CI runs these suites in full in tests/test_build.py.)
+    """
     from new_backend.catalogue import load_catalogue
 
     ops = {op.name for op in load_catalogue().ops}
@@ -500,6 +516,9 @@ def run(
         ids = collect(project)
         text = (project / "csrc" / "ops.cpp").read_text()
         groups = batches(chosen, text, ops) if batch else [[m] for m in chosen]
+        if baseline:
+            check_baseline(project, chosen, ids, world_sizes)
+            log(f"{impl}: every selected test passes without a mutant")
         log(
             f"{impl}: built {project} in {seconds:.0f} s; {len(chosen)} mutants, {len(groups)} runs"
         )
@@ -522,6 +541,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write the report here too")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
     parser.add_argument(
+        "--baseline", action="store_true", help="first check the selected tests pass unmutated"
+    )
+    parser.add_argument(
         "--one-by-one", action="store_true", help="one build and test run per mutant (no batches)"
     )
     args = parser.parse_args(argv)
@@ -538,11 +560,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     world_sizes = [int(w) for w in args.world_sizes.split(",")]
     if args.workdir is not None:
         args.workdir.mkdir(parents=True, exist_ok=True)
-        report = run(mutants, args.workdir, world_sizes, batch=not args.one_by_one)
+        report = run(
+            mutants, args.workdir, world_sizes, batch=not args.one_by_one, baseline=args.baseline
+        )
     else:
         workdir = Path(tempfile.mkdtemp(prefix="new-backend-mutation-"))
         try:
-            report = run(mutants, workdir, world_sizes, batch=not args.one_by_one)
+            report = run(
+                mutants, workdir, world_sizes, batch=not args.one_by_one, baseline=args.baseline
+            )
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
     print(report.summary())

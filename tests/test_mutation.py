@@ -92,3 +92,42 @@ def test_every_mutant_is_killed(impl: str, tmp_path: Path) -> None:
     report = mutate.run([m for m in MUTANTS if m.impl == impl], tmp_path)
     print(report.summary())
     assert report.killed == len(report.outcomes), report.summary()
+
+
+OPS_CPP = """inline int helper(int x) {
+  return x;
+}
+
+void alpha(const OpContext& ctx) {
+  helper(1);
+}
+
+void beta(const OpContext& ctx) {
+  exchange(ctx).helper(2);
+}
+"""
+
+
+def test_footprint_follows_helpers_but_not_methods() -> None:
+    ops = {"alpha", "beta"}
+
+    def mutant(*patches: mutate.Patch, op: str = "alpha") -> mutate.Mutant:
+        made.append(mutate.Mutant(f"m{len(made)}", "store", op, "d", patches))
+        return made[-1]
+
+    made: list[mutate.Mutant] = []
+
+    in_helper = mutant(mutate.Patch("csrc/ops.cpp", "return x;", "return -x;", "helper"))
+    assert mutate.footprint(OPS_CPP, in_helper, ops) == {"alpha"}
+    in_beta = mutant(mutate.Patch("csrc/ops.cpp", "(2)", "(3)", "beta"), op="beta")
+    assert mutate.footprint(OPS_CPP, in_beta, ops) == {"beta"}
+    insertion = mutate.Patch("csrc/ops.cpp", "void alpha", "int added;\nvoid alpha")
+    assert mutate.footprint(OPS_CPP, mutant(insertion), ops) == set()
+    rewrite = mutate.Patch("csrc/ops.cpp", "helper(1)", "helper(2)")
+    rewriting = mutant(rewrite)
+    assert mutate.footprint(OPS_CPP, rewriting, ops) is None
+    # alpha's tests would see the helper mutant: never in one run with it.
+    assert mutate.batches([in_helper, in_beta], OPS_CPP, ops) == [[in_helper, in_beta]]
+    alpha_too = mutant(mutate.Patch("csrc/ops.cpp", "(1)", "(0)", "alpha"))
+    assert mutate.batches([in_helper, alpha_too], OPS_CPP, ops) == [[in_helper], [alpha_too]]
+    assert mutate.batches([rewriting, in_beta], OPS_CPP, ops) == [[rewriting], [in_beta]]
