@@ -37,7 +37,7 @@ def test_op_in_subgroups(cluster, op):
     for ranks in groups:
         cluster.run(op, subgroup_ranks=ranks, root_index=-1)
 
-{%- if p.impl != "dummy" and p.has("send") and p.has("recv") %}
+{%- if p.has("send") and p.has("recv") %}
 
 
 def test_recv_takes_the_message_of_its_source(cluster):

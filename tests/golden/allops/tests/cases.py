@@ -597,6 +597,48 @@ def cuda_streams(ctx: Ctx) -> None:
     assert torch.all(result == expected), f"expected {expected}, got {result[:4]}"
 
 
+def recv_from_each_source(ctx: Ctx) -> None:
+    """Two ranks send to a third with one tag: each receive takes its own source's message.
+
+    The second rank's message is sent first, the third rank's only after the
+    first rank posted both receives, the one from the third rank first: a
+    receive that ignores its source takes the second rank's message.
+    """
+    first, second, third = ctx.ranks[:3]
+    gloo = gloo_group()  # orders the sends without this backend's help
+    if ctx.rank == first:
+        outs = {third: ctx.empty(), second: ctx.empty()}
+        works = [dist.irecv(out, src, group=ctx.group, tag=6) for src, out in outs.items()]
+        time.sleep(0.2)  # the second rank's message is there: a receive may look at it
+        dist.barrier(group=gloo)
+        for work in works:
+            assert work.wait() is True
+        for src, out in outs.items():
+            ctx.check(out, ctx.data(src))
+    elif ctx.rank == second:
+        dist.send(ctx.data(ctx.rank), first, group=ctx.group, tag=6)
+        dist.barrier(group=gloo)
+    else:
+        dist.barrier(group=gloo)
+        if ctx.rank == third:
+            dist.send(ctx.data(ctx.rank), first, group=ctx.group, tag=6)
+
+
+def recv_by_tag(ctx: Ctx) -> None:
+    """Two messages from one rank, received in the other order: each matched by its tag."""
+    out7, out8 = ctx.empty(), ctx.empty()
+    works = [
+        dist.irecv(out8, ctx.prev_rank, group=ctx.group, tag=8),
+        dist.irecv(out7, ctx.prev_rank, group=ctx.group, tag=7),
+        dist.isend(ctx.data(ctx.rank, shift=1), ctx.next_rank, group=ctx.group, tag=7),
+        dist.isend(ctx.data(ctx.rank, shift=2), ctx.next_rank, group=ctx.group, tag=8),
+    ]
+    for work in works:
+        assert work.wait() is True
+    ctx.check(out7, ctx.data(ctx.prev_rank, shift=1))
+    ctx.check(out8, ctx.data(ctx.prev_rank, shift=2))
+
+
 def run(case: str, subgroup_ranks=None, **params):
     """Entry point for harness: runs one case on this rank.
 
