@@ -11,12 +11,16 @@ that bug, and the fix is a new test in the template, not an exception here.
 
     python mutation/mutate.py                      # every mutant, store and mpi
     python mutation/mutate.py --impl store         # one implementation
-    python mutation/mutate.py --only broadcast-root-ignored -v
+    python mutation/mutate.py --only broadcast-root-ignored --one-by-one
+    python mutation/mutate.py --baseline           # first: the tests pass unmutated
     python mutation/mutate.py --list
 
 The projects are rendered and built once per implementation (in ``--workdir``,
-a temporary folder by default); each mutant is applied, rebuilt, tested and
-reverted in turn. The exit status is 0 when every mutant was killed.
+a temporary folder by default). Mutants whose changes cannot reach each
+other's tests (see footprint()) are applied together, rebuilt once and tested
+in one pytest run (mutation_plugin.py records each one's first failing test);
+the others one by one, with ``-x``. The exit status is 0 when every mutant was
+killed.
 """
 
 from __future__ import annotations
