@@ -37,6 +37,18 @@ def test_op_in_subgroups(cluster, op):
         cluster.run(op, subgroup_ranks=ranks, root_index=-1)
 
 
+def test_recv_takes_the_message_of_its_source(cluster):
+    """Two ranks send to one with the same tag: each receive gets its own source's message."""
+    if cluster.world_size < 3:
+        pytest.skip("needs 3 ranks: two senders and a receiver")
+    cluster.run("recv_from_each_source")
+
+
+def test_recv_matches_messages_by_tag(cluster):
+    """Two messages between the same two ranks, received in the other order: each by its tag."""
+    cluster.run("recv_by_tag")
+
+
 def test_ops_on_large_tensors():
     """Tensors of 10 MiB each: more than one message of many transports holds
     (a TCPStore value, for one, is at most 8 MiB)."""

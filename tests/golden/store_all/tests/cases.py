@@ -122,17 +122,29 @@ class Ctx:
         return strided
 
     def data(self, rank: int, shift: int = 0, n: int | None = None) -> torch.Tensor:
-        """What ``rank`` sends: small integers (exact in every dtype), varying with rank and shift."""
+        """What ``rank`` sends as its ``shift``-th tensor: integers 1 to 8 that tell ranks apart.
+
+        Element 0 is ``1 + rank``, element 1 is ``1 + (rank + shift) % 8``: up to
+        8 ranks and 8 shifts, every (rank, shift) sends a different tensor, so a
+        result holding another rank's or chunk's data, or ranks in another order,
+        is wrong. The other elements cycle through 1 to 4 with the position, rank
+        and shift. Over up to 8 ranks, sums (at most 36) and products stay exact
+        in int8, uint8, float16 and bfloat16 (wrapping alike in the integers),
+        every value is a float8 number, and every two reduce ops give different
+        results (their bit patterns differ too: 1, 2, 3, 4...). bool keeps the
+        low bit.
+        """
         n = self.n if n is None else n
-        values = (torch.arange(n) + 3 * rank + 5 * shift) % 3 + 1
+        values = 1 + (torch.arange(n) + 2 * rank + shift) % 4
+        values[:2] = torch.tensor([1 + rank % 8, 1 + (rank + shift) % 8])[:n]
         if self.dtype == torch.bool:
             values = values % 2
         return self._layout(values.to(self.dtype))
 
     def empty(self, n: int | None = None) -> torch.Tensor:
-        """An output tensor, filled with a value no op produces."""
+        """An output tensor, filled with a value no rank sends (12: exact in every dtype)."""
         n = self.n if n is None else n
-        fill = True if self.dtype == torch.bool else 7
+        fill = True if self.dtype == torch.bool else 12
         return self._layout(torch.full((n,), fill, dtype=self.dtype))
 
     def reduce(self, tensors: list[torch.Tensor]) -> torch.Tensor:
@@ -316,12 +328,14 @@ def _allgather_base(ctx: Ctx) -> None:
 
 def allgather_coalesced(ctx: Ctx) -> None:
     """All-gathers several tensors as one operation."""
-    inputs = [ctx.data(ctx.rank, shift=i, n=ctx.n + i) for i in range(2)]
-    outputs = [[ctx.empty(ctx.n + i) for i in range(2)] for _ in ctx.ranks]
+    # Two tensors of one size and one of another.
+    sizes = [ctx.n, ctx.n, ctx.n + 1]
+    inputs = [ctx.data(ctx.rank, shift=i, n=size) for i, size in enumerate(sizes)]
+    outputs = [[ctx.empty(size) for size in sizes] for _ in ctx.ranks]
     ctx.call(dist.all_gather_coalesced, outputs, inputs)
     for from_rank, r in zip(outputs, ctx.ranks):
-        for i, o in enumerate(from_rank):
-            ctx.check(o, ctx.data(r, shift=i, n=ctx.n + i))
+        for i, (o, size) in enumerate(zip(from_rank, sizes)):
+            ctx.check(o, ctx.data(r, shift=i, n=size))
 
 
 def allgather_into_tensor_coalesced(ctx: Ctx) -> None:
@@ -582,6 +596,48 @@ def cuda_streams(ctx: Ctx) -> None:
         result = t.clone()  # queued on the side stream, after the op
     torch.cuda.synchronize()
     assert torch.all(result == expected), f"expected {expected}, got {result[:4]}"
+
+
+def recv_from_each_source(ctx: Ctx) -> None:
+    """Two ranks send to a third with one tag: each receive takes its own source's message.
+
+    The second rank's message is sent first, the third rank's only after the
+    first rank posted both receives, the one from the third rank first: a
+    receive that ignores its source takes the second rank's message.
+    """
+    first, second, third = ctx.ranks[:3]
+    gloo = gloo_group()  # orders the sends without this backend's help
+    if ctx.rank == first:
+        outs = {third: ctx.empty(), second: ctx.empty()}
+        works = [dist.irecv(out, src, group=ctx.group, tag=6) for src, out in outs.items()]
+        time.sleep(0.2)  # the second rank's message is there: a receive may look at it
+        dist.barrier(group=gloo)
+        for work in works:
+            assert work.wait() is True
+        for src, out in outs.items():
+            ctx.check(out, ctx.data(src))
+    elif ctx.rank == second:
+        dist.send(ctx.data(ctx.rank), first, group=ctx.group, tag=6)
+        dist.barrier(group=gloo)
+    else:
+        dist.barrier(group=gloo)
+        if ctx.rank == third:
+            dist.send(ctx.data(ctx.rank), first, group=ctx.group, tag=6)
+
+
+def recv_by_tag(ctx: Ctx) -> None:
+    """Two messages from one rank, received in the other order: each matched by its tag."""
+    out7, out8 = ctx.empty(), ctx.empty()
+    works = [
+        dist.irecv(out8, ctx.prev_rank, group=ctx.group, tag=8),
+        dist.irecv(out7, ctx.prev_rank, group=ctx.group, tag=7),
+        dist.isend(ctx.data(ctx.rank, shift=1), ctx.next_rank, group=ctx.group, tag=7),
+        dist.isend(ctx.data(ctx.rank, shift=2), ctx.next_rank, group=ctx.group, tag=8),
+    ]
+    for work in works:
+        assert work.wait() is True
+    ctx.check(out7, ctx.data(ctx.prev_rank, shift=1))
+    ctx.check(out8, ctx.data(ctx.prev_rank, shift=2))
 
 
 # -- failures and the dtype matrix (backends that really communicate) --------------

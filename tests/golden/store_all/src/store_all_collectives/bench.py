@@ -101,8 +101,13 @@ class Setup:
         self.device = device
 
     def data(self, rank: int, count: int, shift: int = 0) -> torch.Tensor:
-        """Small integers, exact in every dtype, different on every rank."""
-        values = (torch.arange(count) % 5 + rank + shift + 1).to(self.dtype)
+        """Small integers, exact in every dtype: a different tensor for every rank and chunk.
+
+        ``rank + n * shift`` tells every (rank, shift) apart: with ``rank + shift``,
+        rank r's chunk s equals rank s's chunk r, and an all-to-all or a
+        reduce-scatter that keeps each rank's own chunks would pass the check.
+        """
+        values = (torch.arange(count) % 5 + rank + self.n * shift + 1).to(self.dtype)
         return values.to(self.device)
 
     def empty(self, count: int) -> torch.Tensor:
