@@ -9,6 +9,7 @@ everything else. No tracebacks.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import ClassVar
@@ -245,6 +246,9 @@ def _report(result: GenerationResult) -> None:
                 f"  with its .git and your edits; 'new-backend update {result.target}' "
                 "merges the template into a project in place instead"
             )
+        with contextlib.suppress(OSError):
+            if Path.cwd() == result.backup.resolve():
+                click.echo(f"  (this shell is now in the backup: cd {result.target.resolve()})")
     click.echo(f"Created {result.target} ({what})")
     click.echo("Next:")
     click.echo(f"  cd {result.target}")

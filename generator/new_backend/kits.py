@@ -128,16 +128,18 @@ def shipped_kits() -> dict[str, tuple[str, Path]]:
 
 
 @contextlib.contextmanager
-def base_kit(version: str | None, digest: str | None) -> Iterator[Kit]:
+def base_kit(version: str | None, digest: str | None, also: Kit | None = None) -> Iterator[Kit]:
     """The kit that made a project (by its recorded hash, or by version for 0.1.0 projects).
 
-    Yields the installed kit or an extracted shipped one (removed afterwards).
-    Raises :class:`BaseUnavailableError` when neither has it.
+    Yields the installed kit (or ``also``, when its hash is the one), or an
+    extracted shipped one (removed afterwards). Raises
+    :class:`BaseUnavailableError` when none has it.
     """
     installed = installed_kit()
-    if digest is not None and digest == installed.hash:
-        yield installed
-        return
+    for candidate in (installed, also):
+        if candidate is not None and digest is not None and digest == candidate.hash:
+            yield candidate
+            return
     shipped = shipped_kits()
     archive = None
     if digest is not None and digest in shipped:

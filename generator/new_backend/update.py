@@ -154,7 +154,7 @@ def update_project(
             )
     theirs_kit = kit or installed_kit()
     with tempfile.TemporaryDirectory(prefix="new-backend-update-") as scratch:
-        with base_kit(record.generator_version, record.template_hash) as base:
+        with base_kit(record.generator_version, record.template_hash, also=kit) as base:
             base_dir = base.render(old.cookiecutter_context(), Path(scratch, "base"))
             base_label = base.label
         theirs_dir = theirs_kit.render(new.cookiecutter_context(), Path(scratch, "theirs"))
@@ -179,7 +179,7 @@ def git_changes(project: Path) -> list[str]:
     if inside.returncode != 0 or inside.stdout.strip() != "true":
         return []
     status = subprocess.run(
-        [git, "status", "--porcelain", "--untracked-files=no", "--", "."],
+        [git, "--no-optional-locks", "status", "--porcelain", "--untracked-files=no", "--", "."],
         cwd=project,
         capture_output=True,
         text=True,
@@ -295,7 +295,7 @@ def check_project(project: str | os.PathLike[str] = ".", kit: Kit | None = None)
     with tempfile.TemporaryDirectory(prefix="new-backend-check-") as scratch:
         theirs = _files(theirs_kit.render(context, Path(scratch, "theirs")))
         try:
-            with base_kit(record.generator_version, record.template_hash) as kit_used:
+            with base_kit(record.generator_version, record.template_hash, also=kit) as kit_used:
                 base = _files(kit_used.render(context, Path(scratch, "base")))
                 made_with = kit_used.label
         except BaseUnavailableError as e:
