@@ -42,6 +42,14 @@ USER_CPP = "// mine: helpers of my library, kept across updates\n"
 USER_README = "Notes of mine, kept across updates.\n"
 
 
+@pytest.fixture(autouse=True)
+def plain_git(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No user git config: git merge-file honours merge.conflictStyle, and the tests
+    expect the default markers."""
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", os.devnull)
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+
+
 def git(*args: str, cwd: Path) -> str:
     """Run git in ``cwd`` with a fixed identity and no user config; its stdout."""
     done = subprocess.run(
