@@ -2,6 +2,10 @@
 
 Templates call ``project()`` to get a :class:`new_backend.project.Project`: the
 validated answers and every name derived from them, plus the catalogue of ops.
+``template_hash`` is the content hash of this template and the generator code
+it renders with (recorded in ``.new-backend.json``, it lets ``new-backend
+update`` rebuild the project's base); ``new_backend_template_dir`` is this
+folder, for the hooks.
 The generator package is imported from the installed ``new_backend`` or, in a
 checkout, from ``../generator`` next to this folder.
 """
@@ -34,6 +38,8 @@ class NewBackendExtension(Extension):
     def __init__(self, environment):
         super().__init__(environment)
         project_module = import_new_backend("new_backend.project")
+        kits = import_new_backend("new_backend.kits")
+        here = Path(__file__).resolve().parent
         cache: dict[tuple, object] = {}
 
         @pass_context
@@ -45,3 +51,7 @@ class NewBackendExtension(Extension):
             return cache[key]
 
         environment.globals["project"] = project
+        environment.globals["new_backend_template_dir"] = str(here)
+        environment.globals["template_hash"] = kits.kit_hash(
+            here, Path(project_module.__file__).parent
+        )

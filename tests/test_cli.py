@@ -223,10 +223,10 @@ def test_existing_target_without_force_is_refused(run: Cli, out: Path) -> None:
     target.mkdir()
     (target / "work.cpp").write_text("// my work\n")
     before = listing(out)
-    line = assert_one_line_error(run(), 1)
+    line = assert_one_line_error(run(), 2)  # bad input, as the README promises
     assert "--force" in line
     assert listing(out) == before
-    assert_one_line_error(run("--dry-run"), 1)
+    assert_one_line_error(run("--dry-run"), 2)
     assert listing(out) == before
 
 

@@ -51,6 +51,8 @@ def test_wheel_carries_the_whole_template(wheel: Path) -> None:
     }
     assert expected <= names, sorted(expected - names)
     assert "new_backend/catalogue.toml" in names
+    kits = {f"new_backend/kits/{p.name}" for p in (REPO / "generator/new_backend/kits").iterdir()}
+    assert kits and kits <= names  # the released templates update rebuilds bases from
     assert any(n.endswith("/.gitignore") for n in expected)  # dotfiles are not dropped
 
 

@@ -19,7 +19,9 @@ class InvalidAnswerError(NewBackendError):
 
 
 class TargetExistsError(NewBackendError):
-    """The output folder already exists and --force was not given."""
+    """The output folder already exists and --force was not given (bad input: exit 2)."""
+
+    exit_code = 2
 
 
 class OutputDirError(NewBackendError):
@@ -36,3 +38,23 @@ class AnswersFileError(NewBackendError):
 
 class TemplateError(NewBackendError):
     """Rendering the template failed; nothing was written to the target."""
+
+
+class NotAProjectError(NewBackendError):
+    """``update`` or ``check`` was pointed at a folder that is not a generated project."""
+
+    exit_code = 2
+
+
+class DirtyProjectError(NewBackendError):
+    """``update`` refuses a git project with uncommitted changes (unless --allow-dirty)."""
+
+    exit_code = 2
+
+
+class BaseUnavailableError(NewBackendError):
+    """The render a project was made from cannot be reproduced by this generator."""
+
+
+class ConflictError(NewBackendError):
+    """``update`` left conflict markers in some files: the user must resolve them."""

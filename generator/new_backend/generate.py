@@ -3,7 +3,8 @@
 The render happens in a staging folder beside the target, which is renamed into
 place only when it is complete; an existing target is moved aside (never
 deleted) when ``force`` is given. cookiecutter's replay file and cache go to a
-temporary folder, never to ``$HOME``.
+temporary folder, never to ``$HOME``. Updating a project in place, with a
+three-way merge, is :mod:`new_backend.update`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from new_backend.exceptions import (
     TargetExistsError,
     TemplateError,
 )
+from new_backend.merge import unified_diff
 from new_backend.validate import DEFAULT_DEVICES, DEFAULT_NAME, DEFAULT_OPS, Answers
 
 ANSWERS_FILE = ".new-backend.json"
@@ -50,6 +52,12 @@ class GenerationResult:
     files: tuple[str, ...]
     backup: Path | None = None
     dry_run: bool = False
+    #: For a dry run over an existing folder: the diff from it to the new render.
+    diff: str = ""
+    #: For a dry run over an existing folder: its files the new render does not have.
+    left_behind: tuple[str, ...] = ()
+    #: The replaced folder was a git repository (its .git is in the backup now).
+    backup_had_git: bool = False
 
 
 def generate_project(
@@ -60,34 +68,53 @@ def generate_project(
     output_dir: str | os.PathLike[str] = ".",
     force: bool = False,
     dry_run: bool = False,
+    target: str | os.PathLike[str] | None = None,
 ) -> GenerationResult:
-    """Generate the project for one backend into ``output_dir/backend_name``.
+    """Generate the project for one backend into ``output_dir/backend_name`` (or ``target``).
 
     Everything is validated before anything is written. Raises a
     :class:`~new_backend.exceptions.NewBackendError` subclass on bad input.
+    ``target`` names the project folder itself, for re-rendering a project
+    whose folder is not called ``backend_name`` or from inside it.
     """
     answers = Answers.checked(backend_name, ops, devices, impl)
-    output_dir = Path(output_dir)
-    target = output_dir / answers.backend_name
+    target = Path(target) if target is not None else Path(output_dir) / answers.backend_name
+    output_dir = target.parent
     _check_output_dir(output_dir)
-    if (target.exists() or target.is_symlink()) and not force:
+    exists = target.exists() or target.is_symlink()
+    if exists and not force:
+        hint = (
+            f"`new-backend update {target}` merges the template into it; "
+            if (target / ANSWERS_FILE).is_file()
+            else ""
+        )
         raise TargetExistsError(
-            f"{target} already exists; use --force to replace it "
+            f"{target} already exists; {hint}use --force to replace it "
             "(the existing folder is moved aside, not deleted)"
         )
 
     if dry_run:
         with tempfile.TemporaryDirectory(prefix="new-backend-dry-run-") as scratch:
-            files = _list_files(_render(answers, Path(scratch)))
-        return GenerationResult(answers, target, files, dry_run=True)
+            rendered = _render(answers, Path(scratch))
+            files = _list_files(rendered)
+            if not exists:
+                return GenerationResult(answers, target, files, dry_run=True)
+            diff, left = _compare_with_existing(target, rendered, files)
+        return GenerationResult(
+            answers, target, files, backup=_backup_path(target), dry_run=True, diff=diff,
+            left_behind=left,
+        )  # fmt: skip
 
-    output_dir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{answers.backend_name}.staging-", dir=output_dir))
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{answers.backend_name}.staging-", dir=output_dir))
+    except OSError as e:
+        raise OutputDirError(f"output directory {output_dir}: {e.strerror or e}") from None
     try:
         rendered = _render(answers, staging)
         files = _list_files(rendered)
         backup = None
-        if target.exists() or target.is_symlink():
+        if exists:
             backup = _backup_path(target)
             target.rename(backup)
         try:
@@ -98,7 +125,25 @@ def generate_project(
             raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)  # our own scratch folder, never the user's
-    return GenerationResult(answers, target, files, backup=backup)
+    had_git = backup is not None and (backup / ".git").exists()
+    return GenerationResult(answers, target, files, backup=backup, backup_had_git=had_git)
+
+
+def locate_target(output_dir: Path, name: str | None) -> tuple[Path, dict | None]:
+    """The folder a render of backend ``name`` replaces, and its recorded answers if any.
+
+    When ``output_dir`` is itself a project of that name (the command runs
+    inside the project) the target is ``output_dir``, not a copy nested in it;
+    ``name=None`` means whichever project ``output_dir`` is, else the default.
+    """
+    here = output_dir / ANSWERS_FILE
+    if here.is_file():
+        recorded = read_answers(here)
+        if name is None or name == recorded["backend_name"]:
+            return output_dir.resolve(), recorded
+    target = output_dir / (name or DEFAULT_NAME)
+    answers_file = target / ANSWERS_FILE
+    return target, read_answers(answers_file) if answers_file.is_file() else None
 
 
 def read_answers(path: str | os.PathLike[str]) -> dict:
@@ -125,10 +170,21 @@ def _check_output_dir(output_dir: Path) -> None:
         raise OutputDirError(f"output directory {output_dir}: {probe} is not a folder")
     if not os.access(probe, os.W_OK | os.X_OK):
         raise OutputDirError(f"output directory {output_dir}: {probe} is not writable")
+    try:  # root passes access() on /proc, /sys and read-only mounts: try for real
+        tempfile.TemporaryDirectory(prefix=".new-backend-probe-", dir=probe).cleanup()
+    except OSError as e:
+        raise OutputDirError(
+            f"output directory {output_dir}: cannot write in {probe} ({e.strerror or e})"
+        ) from None
 
 
 def _render(answers: Answers, dest: Path) -> Path:
-    """Render the template into ``dest/<backend_name>`` and return that path.
+    """Render the installed template into ``dest/<backend_name>`` and return that path."""
+    return render_template(template_dir(), answers.cookiecutter_context(), dest)
+
+
+def render_template(template: Path, context: dict[str, str], dest: Path) -> Path:
+    """Render ``template`` with cookiecutter's ``context`` into ``dest``; the project folder.
 
     cookiecutter's config, replay file and cache, and the rendered hook scripts
     it leaves in the temporary folder, all go to a scratch folder removed here.
@@ -144,9 +200,9 @@ def _render(answers: Answers, dest: Path) -> Path:
         tempfile.tempdir = home  # cookiecutter never deletes its rendered hook scripts
         try:
             project = cookiecutter(
-                str(template_dir()),
+                str(template),
                 no_input=True,
-                extra_context=answers.cookiecutter_context(),
+                extra_context=context,
                 output_dir=str(dest),
                 config_file=str(config),
             )
@@ -156,6 +212,28 @@ def _render(answers: Answers, dest: Path) -> Path:
         finally:
             tempfile.tempdir = system_tmp
     return Path(project)
+
+
+def _compare_with_existing(
+    target: Path, rendered: Path, files: tuple[str, ...]
+) -> tuple[str, tuple[str, ...]]:
+    """The diff from ``target`` to ``rendered``, and the files only ``target`` has."""
+    diff = []
+    for name in files:
+        old = target / name
+        before = old.read_bytes() if old.is_file() else None
+        after = (rendered / name).read_bytes()
+        if before != after:
+            diff.append(unified_diff(name, before, after))
+    left = sorted(
+        p.relative_to(target).as_posix()
+        for p in target.rglob("*")
+        if (p.is_file() or p.is_symlink()) and ".git" not in p.relative_to(target).parts
+    )
+    extra = [name for name in left if name not in set(files)]
+    if (target / ".git").exists():
+        extra.insert(0, ".git/")
+    return "".join(diff), tuple(extra)
 
 
 def _list_files(root: Path) -> tuple[str, ...]:

@@ -262,3 +262,32 @@ class Answers:
         """The answers as cookiecutter's extra_context (lists as comma-separated strings)."""
         data = asdict(self)
         return {k: ",".join(v) if isinstance(v, tuple) else v for k, v in data.items()}
+
+
+def change_ops(current: tuple[str, ...], spec: str) -> tuple[str, ...]:
+    """Apply ``--ops`` of ``new-backend update`` to a project's ops.
+
+    ``"+broadcast,+reduce_scatter"`` adds ops, ``"-allgather"`` removes one
+    (signs can be mixed); a list without signs replaces the ops, as in
+    ``new-backend --ops``. Returns canonical names in catalogue order.
+    """
+    items = _items("ops", spec)
+    signed = [item for item in items if item[:1] in ("+", "-")]
+    if not signed:
+        return resolve_ops(spec)
+    if len(signed) != len(items):
+        raise InvalidAnswerError(
+            "ops", f"{spec!r} mixes +op/-op changes with plain names; sign every op or none"
+        )
+    ops = list(current)
+    for item in items:
+        (name,) = resolve_ops(item[1:])
+        if item[0] == "+":
+            if name in ops:
+                raise InvalidAnswerError("ops", f"{item!r}: the project already has {name}")
+            ops.append(name)
+        else:
+            if name not in ops:
+                raise InvalidAnswerError("ops", f"{item!r}: the project does not have {name}")
+            ops.remove(name)
+    return resolve_ops(ops)

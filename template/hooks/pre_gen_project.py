@@ -1,12 +1,14 @@
 """Validate the answers before cookiecutter writes the project.
 
 new-backend validates before it calls cookiecutter; this hook is the same check
-for people who run plain ``cookiecutter template/``.
+for people who run plain ``cookiecutter template/`` or ``cruft create``. The
+template folder comes from the template's own Jinja extension (cruft renders
+without cookiecutter's ``_repo_dir``).
 """
 
 import sys
 
-sys.path.insert(0, {{ cookiecutter._repo_dir | tojson }})
+sys.path.insert(0, {{ new_backend_template_dir | tojson }})
 
 from local_extensions import import_new_backend  # noqa: E402
 
