@@ -107,6 +107,8 @@ class StoreExchange {
       Channel& channel,
       const std::vector<std::string>& keys,
       const std::vector<int>& fromRanks);
+  // Deletes leftovers_ through `store`; the caller holds waitMutex_.
+  void deleteLeftovers(c10d::Store& store);
   // Counts this rank's read of `keys` (messages of `bytes` bytes each); the
   // last of `readers` deletes them.
   void dropWhenAllRead(
@@ -124,7 +126,6 @@ class StoreExchange {
   // What this rank put for collectives that failed (key, bytes): deleted when
   // the group is destroyed. Guarded by waitMutex_.
   std::vector<std::pair<std::string, size_t>> leftovers_;
-  void deleteLeftovers(c10d::Store& store);
   int rank_ = -1;         // this rank, for abort()'s markers
 
   // The collective being run, the exchange within it, and the keys this rank
