@@ -22,6 +22,7 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+from torch.torch_version import TorchVersion
 from harness import BACKEND, Skip
 
 import single_collectives
