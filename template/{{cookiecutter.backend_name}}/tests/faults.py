@@ -238,6 +238,41 @@ def stopped_past_the_timeout(ctx: Ctx) -> None:
             dist.all_reduce(torch.ones(4))
 
 
+{%- if p.impl == "store" %}
+
+
+def destroy_while_the_store_host_is_stopped(ctx: Ctx, stopped_s: float = 15.0) -> None:
+    """Rank 0, which serves the store, is stopped; the others destroy a group mid-op.
+
+    Their op body is stuck in a store call that only the op's long timeout
+    ends: destroy must still return within its grace, fail the op, and leave
+    the stuck thread behind safely. Once rank 0 is back, everything works.
+    """
+    _require_allreduce(ctx)
+    group = dist.new_group(ctx.ranks, timeout=timedelta(seconds=120))
+    dist.barrier(group=_sync_group())
+    if ctx.index == 0:
+        subprocess.Popen(["sh", "-c", f"sleep {stopped_s}; kill -CONT {os.getpid()}"])
+        os.kill(os.getpid(), signal.SIGSTOP)
+    else:
+        time.sleep(0.5)  # rank 0 is stopped by now
+        work = dist.all_reduce(torch.ones(4), group=group, async_op=True)
+        time.sleep(1.0)  # the body is inside a store call
+        start = time.monotonic()
+        dist.destroy_process_group(group)
+        took = time.monotonic() - start
+        assert took < 5 + 3, f"destroy took {took:.1f} s with rank 0 stopped"
+        with pytest.raises(RuntimeError, match=f"Backend {BACKEND} \\(rank {ctx.index}\\): allreduce"):
+            work.wait()
+        assert time.monotonic() - start < stopped_s - 1, "this rank had to wait for rank 0"
+    if ctx.index == 0:
+        dist.destroy_process_group(group)
+    # The stuck threads were left behind safely: a fresh group works.
+    for _ in range(2):
+        assert _summed(ctx, 1.0).tolist() == [float(ctx.world)] * 4
+{%- endif %}
+
+
 def destroy_from_a_callback(ctx: Ctx) -> None:
     """The last reference to a group is dropped, and the group destroyed, in a future callback."""
     if "allreduce" not in ctx.ops:

@@ -66,6 +66,10 @@ def test_a_destroyed_rank_is_the_one_named_missing():
     run_alone(3, "destroy_does_not_blame_the_wrong_rank", group_timeout=3.0)
 
 
+def test_destroy_returns_while_an_op_body_is_stuck_in_the_store():
+    run_alone(3, "destroy_while_the_store_host_is_stopped")
+
+
 def test_store_does_not_grow_over_ten_thousand_ops():
     cluster = Cluster(2)
     try:
