@@ -146,7 +146,14 @@ def get_extensions():
 {%- else %}
             include_dirs=[str(ROOT / "csrc")],
 {%- endif %}
+{%- if p.impl == "mpi" %}
+            # The C API only: Open MPI's and MPICH's mpi.h otherwise pull in their
+            # C++ bindings, which need a library of their own (libmpi_cxx).
+            define_macros=[("OMPI_SKIP_MPICXX", "1"), ("MPICH_SKIP_MPICXX", "1")]
+            + ([("WITH_CUDA", None)] if with_cuda else []),
+{%- else %}
             define_macros=[("WITH_CUDA", None)] if with_cuda else [],
+{%- endif %}
             # No debug info (-g0): it triples the compile time of torch's headers.
             extra_compile_args={"cxx": ["-O2", "-g0"{{ ", *mpi.compile_args" if p.impl == "mpi" }}], "nvcc": ["-O2"]},
         )

@@ -133,7 +133,10 @@ def get_extensions():
             library_dirs=mpi.library_dirs,
             libraries=mpi.libraries,
             extra_link_args=mpi.link_args,
-            define_macros=[("WITH_CUDA", None)] if with_cuda else [],
+            # The C API only: Open MPI's and MPICH's mpi.h otherwise pull in their
+            # C++ bindings, which need a library of their own (libmpi_cxx).
+            define_macros=[("OMPI_SKIP_MPICXX", "1"), ("MPICH_SKIP_MPICXX", "1")]
+            + ([("WITH_CUDA", None)] if with_cuda else []),
             # No debug info (-g0): it triples the compile time of torch's headers.
             extra_compile_args={"cxx": ["-O2", "-g0", *mpi.compile_args], "nvcc": ["-O2"]},
         )
