@@ -7,8 +7,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <climits>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -49,6 +49,9 @@ struct MpiOp::State {
 
   bool hasCollective() const {
     return std::find(kinds.begin(), kinds.end(), Kind::kCollective) != kinds.end();
+  }
+  bool hasReceive() const {
+    return std::find(kinds.begin(), kinds.end(), Kind::kRecv) != kinds.end();
   }
 };
 
@@ -216,6 +219,13 @@ void markComplete(MpiOp::State& state) {
   }
 }
 
+// The status of a request not completed yet: no source.
+MPI_Status pendingStatus() {
+  MPI_Status status{};
+  status.MPI_SOURCE = MPI_ANY_SOURCE;
+  return status;
+}
+
 // Completes a receive marked for cancellation. MPI makes this local, but it
 // is bounded all the same. True if the receive was cancelled; false if it had
 // matched its message first, which then went into its buffer (or is still on
@@ -248,7 +258,7 @@ bool abandon(const std::shared_ptr<MpiOp::State>& state) {
   {
     std::shared_lock<std::shared_mutex> use(runtime().inUse);
     if (!runtime().finalized) {
-      state->statuses.resize(state->requests.size());
+      state->statuses.resize(state->requests.size(), pendingStatus());
       for (size_t i = 0; i < state->requests.size(); ++i) {
         MPI_Request& request = state->requests[i];
         if (state->kinds[i] != MpiOp::State::Kind::kRecv || request == MPI_REQUEST_NULL) {
@@ -364,7 +374,7 @@ namespace {
 bool testAll(MpiOp::State& state) {
   MpiUse use;
   const size_t n = state.requests.size();
-  state.statuses.resize(n);
+  state.statuses.resize(n, pendingStatus());
   bool done = true;
   for (size_t i = 0; i < n; ++i) {
     if (state.requests[i] == MPI_REQUEST_NULL) {
@@ -455,6 +465,9 @@ bool deliverOrFailGroup(const MpiOp::State& state, const OpContext& ctx, bool ca
 bool poll(const std::shared_ptr<MpiOp::State>& state, const OpContext& ctx) {
   try {
     if (testAll(*state)) {
+      if (ctx.cancelled.load() && state->hasReceive()) {
+        deliverOrFailGroup(*state, ctx, /*canDeliver=*/false);  // failed meanwhile: nobody gets it
+      }
       finish(*state);
       return true;
     }
