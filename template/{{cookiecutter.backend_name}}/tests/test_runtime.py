@@ -137,6 +137,87 @@ def test_under_mpirun_with_a_plain_init_process_group():
     assert result.stdout.count("ops passed") == 3, result.stdout + result.stderr
 
 
+def mpirun_code(ranks: int, code: str) -> subprocess.CompletedProcess:
+    """``mpirun -n RANKS python -c CODE``."""
+    command = [*mpirun_command(), "-n", str(ranks), sys.executable, "-c", code]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300)
+
+
+def test_a_rank_with_pending_ops_still_finalizes_mpi_at_exit(tmp_path):
+    """Rank 0 exits with an all_reduce rank 1 never joined, while rank 1 is still working.
+
+    Every rank must call MPI_Finalize: when one exits without it, mpirun
+    (MPICH's Hydra) ends the job and kills the ranks still running.
+    """
+    done = tmp_path / "rank1-done"
+    code = f"""
+import time, torch, torch.distributed as dist, {{ p.package }}
+from datetime import timedelta
+{{ p.package }}.init_process_group_from_mpi(timeout=timedelta(seconds=1))
+if dist.get_rank() == 0:
+    work = dist.barrier(async_op=True)  # rank 1 never joins it
+    try:
+        work.wait()
+    except RuntimeError:
+        pass
+else:
+    time.sleep(3)  # still working when rank 0 exits
+    open({str(done)!r}, "w").write("done")
+"""
+    result = mpirun_code(2, code)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert done.exists(), "rank 1 was killed when rank 0 exited:\n" + result.stdout + result.stderr
+    assert "finalizing MPI at exit with 1 op(s) that never completed" in result.stderr, result.stderr
+
+
+def test_a_group_destroyed_after_the_program_finalized_mpi():
+    """mpi4py initialised and finalised MPI; destroying a group afterwards must not call MPI."""
+    pytest.importorskip("mpi4py")
+    code = """
+import mpi4py
+mpi4py.rc.thread_level = "multiple"
+from mpi4py import MPI
+import torch, torch.distributed as dist, {{ p.package }}
+{{ p.package }}.init_process_group_from_mpi()
+group = dist.new_group([0, 1])
+{%- if p.has("allreduce") %}
+t = torch.ones(2)
+dist.all_reduce(t, group=group)
+assert t.tolist() == [2.0, 2.0], t
+{%- endif %}
+MPI.Finalize()
+dist.destroy_process_group(group)
+dist.destroy_process_group()
+print("ok")
+"""
+    result = mpirun_code(2, code)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("ok") == 2, result.stdout + result.stderr
+
+
+def test_a_forked_child_leaves_mpi_to_its_parent():
+    """A child made with os.fork() after MPI started must not finalize it at exit."""
+    code = """
+import os, sys, torch, torch.distributed as dist, {{ p.package }}
+dist.init_process_group("{{ p.name }}", store=dist.HashStore(), rank=0, world_size=1)
+pid = os.fork()
+if pid == 0:
+    {{ p.package }}._C.mpi_finalize()  # what the child's atexit does
+    os._exit(0 if {{ p.package }}._C.mpi_initialized() else 3)
+_, status = os.waitpid(pid, 0)
+assert os.waitstatus_to_exitcode(status) == 0, "the forked child finalized MPI"
+{%- if p.has("allreduce") %}
+t = torch.ones(3)
+dist.all_reduce(t)
+assert t.tolist() == [1.0, 1.0, 1.0], t
+{%- endif %}
+dist.destroy_process_group()
+print("ok")
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stdout + result.stderr
+
+
 def test_ranks_that_torch_and_mpi_number_differently_get_a_clear_error():
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     result = mpirun(2, "--swap-ranks", env=env)

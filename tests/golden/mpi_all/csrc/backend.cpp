@@ -28,9 +28,14 @@ constexpr auto kMaxWorkerSpin = std::chrono::microseconds(100);
 constexpr auto kReportGrace = std::chrono::milliseconds(500);
 // How long destroying the group waits for an op body to notice and return.
 constexpr auto kStopGrace = std::chrono::milliseconds(5000);
-// How long the worker polls ops in flight without sleeping (MPI moves large
-// messages only while it is called), and the longest sleep between polls after that.
-constexpr auto kBusyPoll = std::chrono::milliseconds(50);
+// MPI moves messages only while it is called, so the worker polls the ops in
+// flight without pause for as long as they are likely to take: twice what
+// the ops in flight took lately, within these bounds. After that it sleeps
+// between polls, from kFirstPollPause doubling up to kMaxPollPause, until an
+// op completes or another is queued (push() wakes it).
+constexpr auto kMinPollSpin = std::chrono::microseconds(200);
+constexpr auto kMaxPollSpin = std::chrono::milliseconds(100);
+constexpr auto kFirstPollPause = std::chrono::microseconds(50);
 constexpr auto kMaxPollPause = std::chrono::microseconds(1000);
 
 inline void cpuRelax() {
@@ -410,6 +415,10 @@ std::exception_ptr Health::refuse(const std::string& who) const {
       "; destroy it and create a new one");
 }
 
+void OpContext::failGroup(const std::string& why) const {
+  health.fail(why);
+}
+
 // ---------------------------------------------------------------------------
 // WorkQueue
 
@@ -419,6 +428,8 @@ struct WorkQueue::State {
   void adaptSpin(Clock::duration gap);
   // Polls the ops in flight until none is left or another op is queued.
   void progress();
+  // Sleeps up to `pause`, or until push() or stop() wakes the worker.
+  void pause(Clock::duration pause);
   // Polls each op in flight once; forgets those that completed.
   void pollInFlight();
 
@@ -436,6 +447,8 @@ struct WorkQueue::State {
   // Ops whose bodies returned before they completed (OpContext::completeLater);
   // only the worker thread touches it.
   std::vector<c10::intrusive_ptr<WorkMpiAll>> inFlight;
+  bool pausing = false;  // in pause(): push() wakes the worker
+  Clock::duration lately = kMinPollSpin;  // how long ops in flight took lately (worker only)
 };
 
 WorkQueue::WorkQueue() : state_(std::make_shared<State>()) {}
@@ -456,8 +469,8 @@ void WorkQueue::push(const c10::intrusive_ptr<WorkMpiAll>& work) {
       }
       s.queue.push_back(work);
       s.queued.fetch_add(1, std::memory_order_release);
-      const bool wake = s.sleeping;
-      if (wake) {
+      const bool wake = s.sleeping || s.pausing;
+      if (s.sleeping) {
         s.adaptSpin(Clock::now() - s.sleptAt);
       }
       lock.unlock();
@@ -575,23 +588,34 @@ void WorkQueue::State::pollInFlight() {
 }
 
 void WorkQueue::State::progress() {
-  // Most ops complete within microseconds to milliseconds: poll without
-  // sleeping at first, then back off so that a long wait costs little CPU.
   const auto start = Clock::now();
-  auto pause = std::chrono::microseconds(10);
+  const auto spinUntil = start + std::clamp<Clock::duration>(2 * lately, kMinPollSpin, kMaxPollSpin);
+  Clock::duration nextPause = kFirstPollPause;
+  bool spinning = true;
   for (int polls = 0; !inFlight.empty() && queued.load(std::memory_order_acquire) == 0; ++polls) {
-    if (Clock::now() - start < kBusyPoll) {
-      if (polls < 256) {
-        cpuRelax();
-      } else {
-        std::this_thread::yield();
-      }
+    if (spinning && (polls & 7) == 0) {
+      spinning = Clock::now() < spinUntil;
+    }
+    if (polls < 16) {
+      cpuRelax();
+    } else if (spinning) {
+      std::this_thread::yield();  // lets a thread of this core's other ranks run
     } else {
-      std::this_thread::sleep_for(pause);
-      pause = std::min<std::chrono::microseconds>(pause * 2, kMaxPollPause);
+      pause(nextPause);
+      nextPause = std::min<Clock::duration>(2 * nextPause, kMaxPollPause);
     }
     pollInFlight();
   }
+  if (inFlight.empty()) {  // not interrupted by a new op: how long these took
+    lately = (lately + (Clock::now() - start)) / 2;
+  }
+}
+
+void WorkQueue::State::pause(Clock::duration pause) {
+  std::unique_lock<std::mutex> lock(mutex);
+  pausing = true;
+  wake.wait_for(lock, pause, [this] { return !queue.empty() || stopping; });
+  pausing = false;
 }
 
 // ---------------------------------------------------------------------------
@@ -667,7 +691,7 @@ void WorkMpiAll::run() {
         cuda_->ready.block(cuda_->stream);
       }
 #endif
-      const OpContext ctx{*group_, op_, seq_, collective_, deadline_, timeout_, cancelled_, &later_};
+      const OpContext ctx{*group_, op_, seq_, collective_, deadline_, timeout_, cancelled_, &later_, &sourceRank_, *health_};
       body_(ctx, *this);
 #ifdef WITH_CUDA
       if (cuda_ && !later_) {

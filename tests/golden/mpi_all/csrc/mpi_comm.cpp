@@ -8,12 +8,15 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <shared_mutex>
 #include <thread>
+
+#include <unistd.h>
 
 #ifdef WITH_CUDA
 #include <c10/cuda/CUDAStream.h>
@@ -47,11 +50,20 @@ struct MpiOp::State {
   bool hasCollective() const {
     return std::find(kinds.begin(), kinds.end(), Kind::kCollective) != kinds.end();
   }
+  bool hasReceive() const {
+    return std::find(kinds.begin(), kinds.end(), Kind::kRecv) != kinds.end();
+  }
 };
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The longest a receive marked for cancellation is waited for (MPI makes that
+// wait local: it takes microseconds).
+constexpr auto kCancelGrace = std::chrono::seconds(1);
+// The longest MPI_Finalize may take at exit while ops are still pending.
+constexpr auto kFinalizeGrace = std::chrono::seconds(30);
 
 // MPI's lifetime in this process.
 struct Runtime {
@@ -64,6 +76,7 @@ struct Runtime {
   std::vector<std::shared_ptr<MpiOp::State>> abandoned;  // given up on; MPI may still use them
   MPI_Op halfOps[2][4] = {};    // [float16, bfloat16][sum, product, min, max]
   bool cudaAware = false;       // MPI reads and writes CUDA memory itself
+  pid_t pid = 0;                // the process that initialised MPI (not a fork of it)
 };
 
 Runtime& runtime() {
@@ -179,7 +192,14 @@ void ensureInitialized() {
   createHalfOps<c10::Half>(rt.halfOps[0]);
   createHalfOps<c10::BFloat16>(rt.halfOps[1]);
   rt.cudaAware = queryCudaAware();
+  rt.pid = getpid();
   rt.initialized = true;
+}
+
+// Whether this process is a child forked (os.fork()) after MPI was
+// initialised: MPI's state is its parent's, so it must not call MPI at all.
+bool forked() {
+  return runtime().pid != 0 && getpid() != runtime().pid;
 }
 
 // Registers `state` with MPI's lifetime once it holds requests.
@@ -199,38 +219,67 @@ void markComplete(MpiOp::State& state) {
   }
 }
 
-// Gives up on an op whose requests have not completed: receives are
-// cancelled; the buffers stay alive for MPI, which may still write them; a
-// collective leaves its communicator unusable.
-void abandon(const std::shared_ptr<MpiOp::State>& state, const std::string& reason) {
-  if (state->complete || state->abandoned || state->requests.empty()) {
-    return;
+// The status of a request not completed yet: no source.
+MPI_Status pendingStatus() {
+  MPI_Status status{};
+  status.MPI_SOURCE = MPI_ANY_SOURCE;
+  return status;
+}
+
+// Completes a receive marked for cancellation. MPI makes this local, but it
+// is bounded all the same. True if the receive was cancelled; false if it had
+// matched its message first, which then went into its buffer (or is still on
+// its way there): the message was consumed.
+bool completeCancelled(MPI_Request& request, MPI_Status& status) {
+  const auto until = Clock::now() + kCancelGrace;
+  int completed = 0;
+  int code = MPI_SUCCESS;
+  while ((code = MPI_Test(&request, &completed, &status)) == MPI_SUCCESS && !completed &&
+         Clock::now() < until) {
+    std::this_thread::yield();
   }
-  state->abandoned = true;
+  if (code != MPI_SUCCESS) {
+    request = MPI_REQUEST_NULL;  // it completed, with an error: it had matched
+    return false;
+  }
+  int cancelled = 0;
+  return completed && MPI_Test_cancelled(&status, &cancelled) == MPI_SUCCESS && cancelled;
+}
+
+// Gives up on an op whose requests have not completed. Its receives are
+// cancelled; returns true when one had matched its message before (MPI
+// cannot take a message back). What MPI may still use (a collective it cannot
+// cancel, a send no peer received) stays alive in runtime().abandoned.
+bool abandon(const std::shared_ptr<MpiOp::State>& state) {
+  if (state->complete || state->abandoned || state->requests.empty()) {
+    return false;
+  }
+  bool consumed = false;
   {
     std::shared_lock<std::shared_mutex> use(runtime().inUse);
     if (!runtime().finalized) {
+      state->statuses.resize(state->requests.size(), pendingStatus());
       for (size_t i = 0; i < state->requests.size(); ++i) {
-        const bool receiving = state->kinds[i] == MpiOp::State::Kind::kRecv;
-        if (receiving && state->requests[i] != MPI_REQUEST_NULL) {
-          MPI_Cancel(&state->requests[i]);  // a receive not yet matched never will be
+        MPI_Request& request = state->requests[i];
+        if (state->kinds[i] != MpiOp::State::Kind::kRecv || request == MPI_REQUEST_NULL) {
+          continue;
         }
+        MPI_Cancel(&request);
+        consumed = !completeCancelled(request, state->statuses[i]) || consumed;
       }
     }
   }
-  if (state->hasCollective()) {
-    state->comm->markUnusable(reason);
+  const bool done = std::all_of(
+      state->requests.begin(), state->requests.end(),
+      [](MPI_Request request) { return request == MPI_REQUEST_NULL; });
+  if (done) {
+    markComplete(*state);
+  } else {
+    state->abandoned = true;
+    std::lock_guard<std::mutex> lock(runtime().mutex);
+    runtime().abandoned.push_back(state);
   }
-  std::lock_guard<std::mutex> lock(runtime().mutex);
-  runtime().abandoned.push_back(state);
-}
-
-inline void cpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
+  return consumed;
 }
 
 // Whether MPI can use the tensor's own memory: a contiguous CPU tensor; or a
@@ -309,6 +358,8 @@ class MpiUse {
  public:
   MpiUse() : lock_(runtime().inUse) {
     TORCH_CHECK(!runtime().finalized, "MPI was finalized (the process is exiting)");
+    TORCH_CHECK(
+        !forked(), "MPI cannot be used in a process forked (os.fork()) after it was initialized");
   }
 
  private:
@@ -323,7 +374,7 @@ namespace {
 bool testAll(MpiOp::State& state) {
   MpiUse use;
   const size_t n = state.requests.size();
-  state.statuses.resize(n);
+  state.statuses.resize(n, pendingStatus());
   bool done = true;
   for (size_t i = 0; i < n; ++i) {
     if (state.requests[i] == MPI_REQUEST_NULL) {
@@ -380,35 +431,71 @@ void finish(MpiOp::State& state) {
   }
 }
 
+// "recv #3 from rank 1": the op, for messages.
+std::string describeOp(const OpContext& ctx, const MpiOp::State& state) {
+  std::string what = std::string(ctx.op) + " #" + std::to_string(ctx.seq);
+  for (size_t i = 0; i < state.kinds.size(); ++i) {
+    if (state.kinds[i] == MpiOp::State::Kind::kRecv && state.statuses.size() > i &&
+        state.statuses[i].MPI_SOURCE >= 0) {
+      what += " from rank " + std::to_string(state.statuses[i].MPI_SOURCE);
+    }
+  }
+  return what;
+}
+
+// After abandon(): a receive that had matched its message consumed it. The op
+// is delivered when it can be (`canDeliver`: it is not failing for another
+// reason) and is still waited for. Otherwise the message is lost, and the
+// next receive from that rank would take the message after it: the group
+// becomes unusable instead. True when the op can be delivered.
+bool deliverOrFailGroup(const MpiOp::State& state, const OpContext& ctx, bool canDeliver) {
+  if (canDeliver && state.complete && !ctx.cancelled.load() && !ctx.group.aborted.load()) {
+    return true;
+  }
+  ctx.failGroup(
+      describeOp(ctx, state) +
+      " was given up on after MPI had matched its message (MPI_Test_cancelled), so a later "
+      "receive would take the message after it");
+  return false;
+}
+
 // One poll of an op in flight: true once it completed; throws when it
-// failed, timed out or its group was destroyed (and then gives up on it).
+// failed, timed out, was aborted or its group was destroyed (and then gives
+// up on it).
 bool poll(const std::shared_ptr<MpiOp::State>& state, const OpContext& ctx) {
   try {
     if (testAll(*state)) {
+      if (ctx.cancelled.load() && state->hasReceive()) {
+        deliverOrFailGroup(*state, ctx, /*canDeliver=*/false);  // failed meanwhile: nobody gets it
+      }
       finish(*state);
       return true;
     }
   } catch (...) {
-    abandon(state, std::string(ctx.op) + " #" + std::to_string(ctx.seq) + " failed");
+    if (abandon(state)) {
+      deliverOrFailGroup(*state, ctx, /*canDeliver=*/false);
+    }
     throw;
   }
-  if (ctx.group.aborted.load()) {
-    abandon(state, "the process group was destroyed");
-    TORCH_CHECK(false, "the process group was destroyed while the op was in flight");
+  if (!ctx.expired()) {
+    return false;
   }
-  if (Clock::now() > ctx.deadline) {
-    abandon(state, std::string(ctx.op) + " #" + std::to_string(ctx.seq) + " timed out");
-    TORCH_CHECK(
-        !state->hasCollective(),
-        "the other ranks did not all join within the op's ", ctx.timeout.count(),
-        " ms timeout (a rank that never calls ", ctx.op, ", or that died, blocks the others)");
-    TORCH_CHECK(
-        false,
-        "the message did not complete within the op's ", ctx.timeout.count(),
-        " ms timeout (is a matching ", ctx.op == std::string("send") ? "receive" : "send",
-        " missing, or did the peer die?)");
+  if (abandon(state) && deliverOrFailGroup(*state, ctx, /*canDeliver=*/true)) {
+    finish(*state);  // matched while it was being cancelled: the message is here
+    return true;
   }
-  return false;
+  TORCH_CHECK(
+      !ctx.group.aborted.load(), "the process group was destroyed while the op was in flight");
+  TORCH_CHECK(!ctx.cancelled.load(), "the op was aborted");
+  TORCH_CHECK(
+      !state->hasCollective(),
+      "the other ranks did not all join within the op's ", ctx.timeout.count(),
+      " ms timeout (a rank that never calls ", ctx.op, ", or that died, blocks the others)");
+  TORCH_CHECK(
+      false,
+      "the message did not complete within the op's ", ctx.timeout.count(),
+      " ms timeout (is a matching ", ctx.op == std::string("send") ? "receive" : "send",
+      " missing, or did the peer die?)");
 }
 
 } // namespace
@@ -535,8 +622,8 @@ bool mpiInitialized() {
 void finalizeMpi() {
   Runtime& rt = runtime();
   std::lock_guard<std::mutex> lock(rt.mutex);
-  if (!rt.ours || rt.finalized) {
-    return;
+  if (!rt.ours || rt.finalized || forked()) {
+    return;  // a forked child leaves MPI to its parent
   }
   std::unique_lock<std::shared_mutex> exclusive(rt.inUse);  // waits for MPI calls in progress
   rt.finalized = true;  // from now on, ops fail instead of calling MPI
@@ -546,8 +633,7 @@ void finalizeMpi() {
     return;
   }
   for (const std::shared_ptr<MpiOp::State>& state : rt.abandoned) {
-    // Cancelled receives complete; a collective that a peer never joined does not.
-    bool done = true;
+    bool done = true;  // a send or collective a peer never matched does not complete
     for (MPI_Request& request : state->requests) {
       int completed = 1;
       if (request != MPI_REQUEST_NULL) {
@@ -559,15 +645,32 @@ void finalizeMpi() {
       markComplete(*state);
     }
   }
+  // Every rank must call MPI_Finalize: a launcher such as MPICH's Hydra ends
+  // the job, killing the ranks still running, when one rank exits without
+  // it. MPI_Finalize with ops still pending is erroneous MPI, but libraries
+  // return from it (MPICH warns); a watchdog bounds it all the same.
   const int64_t pending = rt.pending.load();
+  std::mutex doneMutex;
+  std::condition_variable doneChanged;
+  bool done = false;
+  std::thread watchdog;
   if (pending > 0) {
     std::fprintf(
         stderr,
-        "Backend mpi_all: not calling MPI_Finalize at exit: %lld op(s) never completed (a "
-        "peer died, timed out or was never waited for), and MPI_Finalize could wait for them "
-        "for ever\n",
+        "Backend mpi_all: finalizing MPI at exit with %lld op(s) that never completed (a "
+        "peer died, timed out or was never waited for)\n",
         static_cast<long long>(pending));
-    return;
+    watchdog = std::thread([&] {
+      std::unique_lock<std::mutex> watching(doneMutex);
+      if (!doneChanged.wait_for(watching, kFinalizeGrace, [&] { return done; })) {
+        std::fprintf(
+            stderr,
+            "Backend mpi_all: MPI_Finalize did not return within %lld s; exiting without it\n",
+            static_cast<long long>(kFinalizeGrace.count()));
+        std::fflush(stderr);
+        std::_Exit(EXIT_FAILURE);
+      }
+    });
   }
   for (MPI_Op (&ops)[4] : rt.halfOps) {
     for (MPI_Op& op : ops) {
@@ -575,6 +678,14 @@ void finalizeMpi() {
     }
   }
   MPI_Finalize();
+  if (watchdog.joinable()) {
+    {
+      std::lock_guard<std::mutex> finished(doneMutex);
+      done = true;
+    }
+    doneChanged.notify_one();
+    watchdog.join();
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -633,30 +744,17 @@ MpiComm::MpiComm(
 }
 
 MpiComm::~MpiComm() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (comm_ == MPI_COMM_NULL || !unusable_.empty()) {
-    return;  // MPI may still run a collective on it: leave it be
+  // Ops given up on while MPI still ran them keep their communicator alive
+  // (MpiOp::State holds it), so none runs on this one now. It is freed unless
+  // MPI was finalized (by this backend, the program or mpi4py) or this is a
+  // forked child, where MPI is its parent's.
+  if (comm_ == MPI_COMM_NULL || forked()) {
+    return;
   }
   std::shared_lock<std::shared_mutex> use(runtime().inUse);
-  if (!runtime().finalized) {
+  if (!runtime().finalized && mpiInitialized()) {
     MPI_Comm_free(&comm_);
   }
-}
-
-void MpiComm::markUnusable(const std::string& reason) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (unusable_.empty()) {
-    unusable_ = reason;
-  }
-}
-
-void MpiComm::checkUsable() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  TORCH_CHECK(
-      unusable_.empty(),
-      "this process group can no longer be used: ", unusable_,
-      ", and MPI cannot cancel a collective, so the ranks no longer agree on which collective "
-      "comes next; destroy the process group and create a new one");
 }
 
 // ---------------------------------------------------------------------------
@@ -665,7 +763,6 @@ void MpiComm::checkUsable() const {
 MpiOp::MpiOp(const OpContext& ctx)
     : ctx_(ctx), use_(std::make_unique<MpiUse>()), state_(std::make_shared<State>()) {
   state_->comm = ctx.group.comm;
-  state_->comm->checkUsable();
 }
 
 MPI_Comm MpiOp::comm() const {
@@ -800,28 +897,21 @@ void MpiOp::completeLater() {
   state_.reset();
 }
 
-MPI_Status MpiOp::wait() {
-  use_.reset();  // each poll holds MpiUse itself
-  // Spin while the op is likely to complete soon, then back off to 1 ms sleeps.
-  const auto start = Clock::now();
-  auto pause = std::chrono::microseconds(10);
-  for (int polls = 0; !poll(state_, ctx_); ++polls) {
-    if (Clock::now() - start < std::chrono::milliseconds(10)) {
-      polls < 1000 ? cpuRelax() : std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, std::chrono::microseconds(1000));
-    }
-  }
-  const MPI_Status status = state_->statuses.front();
-  state_.reset();
-  return status;
+int MpiOp::completeLaterWithSource() {
+  TORCH_CHECK(
+      state_->requests.size() == 1 && state_->kinds.front() == State::Kind::kRecv,
+      "completeLaterWithSource() needs exactly one receive request");
+  state_->then.push_back([state = state_.get(), source = ctx_.source] {
+    *source = state->statuses.front().MPI_SOURCE;
+  });
+  completeLater();
+  return -1;
 }
 
 MpiOp::~MpiOp() {
   use_.reset();
-  if (state_) {
-    abandon(state_, std::string(ctx_.op) + " #" + std::to_string(ctx_.seq) + " failed");
+  if (state_ && abandon(state_)) {
+    deliverOrFailGroup(*state_, ctx_, /*canDeliver=*/false);  // the op fails: its message is lost
   }
 }
 

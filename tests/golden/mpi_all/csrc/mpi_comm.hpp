@@ -11,9 +11,13 @@
 // An op body starts non-blocking MPI calls (MPI_Iallreduce, MPI_Isend, ...) and
 // hands their requests to the worker thread with MpiOp::completeLater(); the
 // worker tests them (MPI_Test) between later ops, so ops overlap, and fails
-// the op when its deadline passes or the group is destroyed. MPI cannot cancel
-// a collective: a collective that was given up on keeps its buffers alive and
-// leaves its communicator unusable (later ops fail at once with that reason).
+// the op when its deadline passes, it is aborted or the group is destroyed.
+// MPI cannot cancel a collective: one that was given up on keeps its buffers
+// (and its communicator) alive, and, like every failed collective, leaves the
+// process group unusable (the plumbing's Health). A receive given up on is
+// cancelled; if MPI had matched its message already, the message is
+// delivered when the op can still succeed, and otherwise the group becomes
+// unusable, since the next receive from that rank would take the wrong one.
 //
 // Like ops.hpp this header includes only <ATen/core/Tensor.h>, and <mpi.h>.
 #pragma once
@@ -26,7 +30,6 @@
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -64,10 +67,12 @@ std::string mpiBroadcast(const std::string& value);
 // Whether MPI is initialised and not finalised, by anyone.
 bool mpiInitialized();
 
-// Called at exit: finalises MPI if this backend initialised it. Ops still in
-// flight fail first. If MPI still owns buffers of ops that never completed
-// (a peer died or timed out), MPI_Finalize could block for ever: it is
-// skipped, with a warning on stderr.
+// Called at exit: finalises MPI if this backend initialised it, and this
+// process is not a child forked after that. Ops still in flight fail first.
+// MPI_Finalize is called even when ops never completed (a peer died or timed
+// out), as every rank must (the launcher ends the job when one exits
+// without it), with a warning on stderr; should it not return within 30 s,
+// the process exits with status 1.
 void finalizeMpi();
 
 // The MPI communicator of one process group.
@@ -96,18 +101,10 @@ class MpiComm {
     return maxTag_;
   }
 
-  // Records that a collective of this group was given up on while MPI still
-  // ran it: the ranks no longer agree on which collective comes next, so
-  // every later op fails at once with `reason`.
-  void markUnusable(const std::string& reason);
-  // Throws if the communicator was marked unusable.
-  void checkUsable() const;
 
  private:
   MPI_Comm comm_ = MPI_COMM_NULL;
   int maxTag_ = 0;
-  mutable std::mutex mutex_;
-  std::string unusable_;  // why, once marked
 };
 
 // A tensor as MPI sees it: memory, element count and datatype. It is the
@@ -176,8 +173,10 @@ class MpiOp {
   // completed, and fails it when the op's deadline passes or the group is
   // destroyed first.
   void completeLater();
-  // Waits here for every request instead; returns the status of the first.
-  MPI_Status wait();
+  // For a receive from any source (MPI_ANY_SOURCE): completeLater(), and once
+  // the message arrived its sender's rank becomes the op's result
+  // (OpContext::source). Returns -1, the rank not known yet.
+  int completeLaterWithSource();
 
   struct State;
 

@@ -329,13 +329,14 @@ void recv(const OpContext& ctx, at::Tensor& tensor, int src, int tag) {
 
 // Receives a tensor from whichever peer sends first with the tag.
 int recvAnysource(const OpContext& ctx, at::Tensor& tensor, int tag) {
-  // The sender's rank is this op's result, so it waits here for its message.
+  // Completes later, as recv does, so that it never holds up the receives posted
+  // after it; the sender's rank becomes the op's result once the message arrived.
   MpiOp mpi(ctx);
   const Buffer data = mpi.out(tensor);
   CHECK_MPI(MPI_Irecv(
       data.ptr, data.count, data.type, MPI_ANY_SOURCE, mpi.tag(tag), mpi.comm(),
       mpi.recvRequest(data)));
-  return mpi.wait().MPI_SOURCE;
+  return mpi.completeLaterWithSource();
 }
 
 // Returns once every rank has entered it.

@@ -22,6 +22,8 @@
 
 namespace mpi_all_collectives {
 
+class Health;
+
 // The reduction of a reducing collective: c10d::ReduceOp without its headers.
 enum class Reduction { kSum, kAvg, kProduct, kMin, kMax, kBand, kBor, kBxor };
 
@@ -71,6 +73,15 @@ struct OpContext {
   }
 
   std::function<bool()>* later;  // where completeLater() leaves `done`
+  // For recvAnysource completed later: where its sender's group rank goes once
+  // the message arrived (the body itself returns -1, not known yet).
+  int* source;
+
+  // Leaves the group unusable: every later op fails at once, naming `why`.
+  // For a failure after which the ranks no longer agree on what comes next;
+  // the plumbing does it itself for every collective that fails.
+  void failGroup(const std::string& why) const;
+  Health& health;
 };
 
 // The element types and reductions this backend handles. They are checked on

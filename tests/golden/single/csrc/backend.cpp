@@ -446,7 +446,7 @@ void WorkQueue::push(const c10::intrusive_ptr<WorkSingle>& work) {
       s.queue.push_back(work);
       s.queued.fetch_add(1, std::memory_order_release);
       const bool wake = s.sleeping;
-      if (wake) {
+      if (s.sleeping) {
         s.adaptSpin(Clock::now() - s.sleptAt);
       }
       lock.unlock();

@@ -149,6 +149,35 @@ def send_behind_a_queued_collective(ctx: Ctx) -> None:
     assert t.tolist() == [3.0] * 4, t
 
 
+def any_source_receive_does_not_block_receives(ctx: Ctx) -> None:
+    """Rank 0: irecv from any source with tag 1, then irecv from rank 1 with tag 0, and wait.
+
+    Rank 1 sends tag 0, receives rank 0's answer, and only then sends tag 1.
+    A receive from any source that holds up the receives posted after it
+    leaves both ranks waiting for each other.
+    """
+    if not {"send", "recv", "recvAnysource"} <= ctx.ops:
+        raise Skip("needs send, recv and recvAnysource")
+    assert ctx.world == 2, "a case for two ranks"
+    short = timedelta(seconds=_timeout_s())
+    if ctx.index == 0:
+        anysource = torch.zeros(4)
+        first = dist.irecv(anysource, tag=1)  # from any source
+        got = torch.zeros(4)
+        assert dist.irecv(got, 1, tag=0).wait(timeout=short) is True
+        assert got.tolist() == [1.0, 2.0, 3.0, 4.0], got
+        dist.send(got * 10, 1, tag=2)
+        assert first.wait(timeout=short) is True
+        assert first._source_rank() == 1
+        assert anysource.tolist() == [5.0, 6.0, 7.0, 8.0], anysource
+    else:
+        dist.send(torch.arange(1.0, 5.0), 0, tag=0)
+        answer = torch.zeros(4)
+        dist.recv(answer, 0, tag=2)
+        assert answer.tolist() == [10.0, 20.0, 30.0, 40.0], answer
+        dist.send(torch.arange(5.0, 9.0), 0, tag=1)
+
+
 def numbering_across_op_kinds(ctx: Ctx) -> None:
     """One sequence number per group: a receive and a collective never share one."""
     if not {"recv", "allreduce"} <= ctx.ops:
