@@ -379,6 +379,36 @@ def cuda_streams(ctx: Ctx) -> None:
     assert torch.all(result == expected), f"expected {expected}, got {result[:4]}"
 
 
+def bench_and_a_plain_loop(ctx: Ctx, size: int, iters: int, rounds: int) -> list | None:
+    """all_reduce of ``size`` bytes timed by the benchmark module and by a plain loop, alternated.
+
+    Returns, on rank 0, (module, loop) microseconds per call for each round;
+    the loop is what a user would write: ``dist.all_reduce(t)`` ``iters`` times.
+    """
+    from single_collectives import bench
+
+    args = bench.parse_args([
+        "--collectives", "all_reduce", "-b", str(size), "-e", str(size), "-n", str(iters),
+        "-w", "3", "--check", "0", "--reference", "none", "--no-progress",
+    ])  # fmt: skip
+    t = torch.ones(size // 4, device=args.device)
+    times = []
+    for _ in range(rounds):
+        rows = bench.run_sweep(args)
+        for _ in range(3):
+            dist.all_reduce(t)
+        start = time.perf_counter()
+        for _ in range(iters):
+            dist.all_reduce(t)
+        if t.is_cuda:
+            torch.cuda.synchronize()
+        loop = torch.tensor([(time.perf_counter() - start) / iters * 1e6])
+        dist.all_reduce(loop, op=dist.ReduceOp.MAX, group=gloo_group())  # the slowest rank, as the module
+        if rows is not None:
+            times.append((rows[0].results[BACKEND][bench.IP].time_us, loop.item()))
+    return times if ctx.rank == 0 else None
+
+
 def run(case: str, subgroup_ranks=None, **params):
     """Entry point for harness: runs one case on this rank.
 
