@@ -134,9 +134,9 @@ def test_help_names_the_module_and_says_each_default_once():
 {%- if p.ops | selectattr("name", "equalto", "allreduce") | list %}
 
 
-# At least some milliseconds per round, so that one preemption does not decide it.
+# Some milliseconds per round at least, so that one preemption does not decide it.
 {%- if p.impl == "mpi" %}
-SIZE, ITERS = 16 << 20, 10  # where queued MPI calls once cost the most
+SIZE, ITERS = 16 << 20, 10  # where overlapping MPI calls cost the most
 {%- elif p.impl == "dummy" %}
 SIZE, ITERS = 1 << 20, 100  # the dummy only zeroes its output
 {%- else %}
@@ -147,21 +147,26 @@ SIZE, ITERS = 1 << 20, 10
 def test_bench_reports_what_a_plain_loop_measures():
     """The module's all_reduce time agrees with a plain ``dist.all_reduce`` loop's.
 
-    Both run in the same two processes, alternated over 5 rounds, and both
+    Both run in the same two processes, alternated over 7 rounds, and both
     take the slowest rank's time. Load from other processes only adds time, so
     the fastest round of each is the least disturbed estimate of what a call
-    costs: they must agree within 1.5x either way. On this project's 2-core CI machine, loaded to 7x its
-    cores by other builds, they agreed within 0.89-1.14x. The module once
-    issued all its calls asynchronously and waited at the end: an MPI library
-    then ran them concurrently, on one buffer, and at 16 MiB the module
-    reported 1.7x less bandwidth than the loop.
+    costs: they must agree within 2x either way. On this project's 2-core
+    machine, with 10-20 other processes running, the dummy's ratio reached
+    2.1x once in 9 runs (one call costs 50-120 us there); store's and mpi's
+    stayed within 0.89-1.28x.
+
+    The module once issued all its calls asynchronously and waited at the
+    end: an MPI library then ran them concurrently, on one buffer, and the
+    module reported 1.7x less bandwidth than the loop at 16 MiB. Each call
+    must finish before the next starts, as in a program's loop.
     """
     cluster = Cluster(2)
     try:
-        rounds = cluster.run("bench_and_a_plain_loop", size=SIZE, iters=ITERS, rounds=5)[0]
+        result = cluster.run("bench_and_a_plain_loop", size=SIZE, iters=ITERS, rounds=7)[0]
     finally:
         cluster.close()
-    module = min(m for m, _ in rounds)
-    loop = min(plain for _, plain in rounds)
-    assert loop / 1.5 <= module <= loop * 1.5, f"module {module:.0f} us, plain loop {loop:.0f} us per call: {rounds}"
+    assert result["overlapping"] == 0, f"{result['overlapping']} calls started before the previous one ended"
+    module = min(m for m, _ in result["rounds"])
+    loop = min(plain for _, plain in result["rounds"])
+    assert loop / 2 <= module <= loop * 2, f"module {module:.0f} us, plain loop {loop:.0f} us per call: {result}"
 {%- endif %}
