@@ -395,6 +395,52 @@ def cuda_streams(ctx: Ctx) -> None:
     assert torch.all(result == expected), f"expected {expected}, got {result[:4]}"
 
 
+def bench_and_a_plain_loop(ctx: Ctx, size: int, iters: int, rounds: int) -> dict | None:
+    """all_reduce of ``size`` bytes timed by the benchmark module and by a plain loop, alternated.
+
+    Returns, on rank 0, (module, loop) microseconds per call for each round,
+    and how many of the module's all_reduce calls started while an earlier
+    one was still running. The loop is what a user would write:
+    ``dist.all_reduce(t)`` ``iters`` times.
+    """
+    from dummy_collectives import bench
+
+    args = bench.parse_args([
+        "--collectives", "all_reduce", "-b", str(size), "-e", str(size), "-n", str(iters),
+        "-w", "3", "--check", "0", "--reference", "none", "--no-progress",
+    ])  # fmt: skip
+    all_reduce, works, overlapping = dist.all_reduce, [], 0
+
+    def watched(*args, **kwargs):
+        nonlocal overlapping
+        overlapping += any(not work.is_completed() for work in works)
+        work = all_reduce(*args, **kwargs)
+        if work is not None:
+            works.append(work)
+        return work
+
+    t = torch.ones(size // 4, device=args.device)
+    times = []
+    for _ in range(rounds):
+        dist.all_reduce = watched
+        try:
+            rows = bench.run_sweep(args)
+        finally:
+            dist.all_reduce = all_reduce
+        for _ in range(3):
+            dist.all_reduce(t)
+        start = time.perf_counter()
+        for _ in range(iters):
+            dist.all_reduce(t)
+        if t.is_cuda:
+            torch.cuda.synchronize()
+        loop = torch.tensor([(time.perf_counter() - start) / iters * 1e6])
+        dist.all_reduce(loop, op=dist.ReduceOp.MAX, group=gloo_group())  # the slowest rank, as the module
+        if rows is not None:
+            times.append((rows[0].results[BACKEND][bench.IP].time_us, loop.item()))
+    return {"rounds": times, "overlapping": overlapping} if ctx.rank == 0 else None
+
+
 def run(case: str, subgroup_ranks=None, **params):
     """Entry point for harness: runs one case on this rank.
 

@@ -8,8 +8,10 @@ Every size of the sweep runs on this backend, then on the reference (gloo by
 default) in the same processes, so the ratio column compares like with like.
 The columns follow nccl-tests: size (bytes), count (elements), type, redop,
 root; for out-of-place and in-place: time (us), algbw and busbw (GB/s), #wrong
-(elements that differ from the expected result, summed over ranks); then
-busbw / reference busbw. algbw = size / time and busbw = algbw * factor, the
+(elements that differ from the expected result, summed over ranks) and
+busbw / reference busbw, the reference run the same way; a collective column
+when the sweep has several. Every call completes before the next one starts,
+as in a program's loop of ``dist.all_reduce(t)``. algbw = size / time and busbw = algbw * factor, the
 factor making busbw comparable across collectives and rank counts:
 2(n-1)/n for all_reduce, (n-1)/n for all_gather, reduce_scatter, all_to_all,
 gather and scatter (whose size is the whole n-rank buffer), 1 for broadcast,
@@ -33,7 +35,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from . import BACKEND_NAME, OPS
+from . import BACKEND_NAME, DEVICES, OPS
 
 LAUNCHER_ENV = [  # (rank, world size) variables of common launchers
     ("RANK", "WORLD_SIZE"),  # torchrun
@@ -57,7 +59,7 @@ REDUCE_OPS = {"sum": "SUM", "prod": "PRODUCT", "min": "MIN", "max": "MAX", "avg"
 class Case:
     """Buffers for one collective at one size, and how to run and check it."""
 
-    run: Callable[[bool], object]  # run(async_op) -> handle
+    run: Callable[[], None]  # one call, waited for
     check: Callable[[], int]  # elements that differ from the expected result
 
 
@@ -121,7 +123,7 @@ def _all_reduce(s: Setup, count: int, place: str) -> Case:
     t = s.data(s.rank, count)
     expected = _expected([s.data(r, count) for r in range(s.n)], s.op)
     return Case(
-        run=lambda a: dist.all_reduce(t, op=s.reduce_op, group=s.group, async_op=a),
+        run=lambda: dist.all_reduce(t, op=s.reduce_op, group=s.group),
         check=lambda: _wrong(t, expected),
     )
 
@@ -133,10 +135,10 @@ def _all_gather(s: Setup, count: int, place: str) -> Case:
     expected = torch.cat([s.data(r, count) for r in range(s.n)])
     if "_allgather_base" in OPS:
         gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-        run = lambda a: gather(out, source, group=s.group, async_op=a)  # noqa: E731
+        run = lambda: gather(out, source, group=s.group)  # noqa: E731
     else:
         outs = list(out.chunk(s.n))
-        run = lambda a: dist.all_gather(outs, source, group=s.group, async_op=a)  # noqa: E731
+        run = lambda: dist.all_gather(outs, source, group=s.group)  # noqa: E731
     return Case(run=run, check=lambda: _wrong(out, expected))
 
 
@@ -146,12 +148,10 @@ def _reduce_scatter(s: Setup, count: int, place: str) -> Case:
     expected = _expected([s.data(r, count, shift=s.rank) for r in range(s.n)], s.op)
     if "_reduce_scatter_base" in OPS:
         scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-        run = lambda a: scatter(out, inp, op=s.reduce_op, group=s.group, async_op=a)  # noqa: E731
+        run = lambda: scatter(out, inp, op=s.reduce_op, group=s.group)  # noqa: E731
     else:
         chunks = list(inp.chunk(s.n))
-        run = lambda a: dist.reduce_scatter(  # noqa: E731
-            out, chunks, op=s.reduce_op, group=s.group, async_op=a
-        )
+        run = lambda: dist.reduce_scatter(out, chunks, op=s.reduce_op, group=s.group)  # noqa: E731
     return Case(run=run, check=lambda: _wrong(out, expected))
 
 
@@ -160,10 +160,10 @@ def _all_to_all(s: Setup, count: int, place: str) -> Case:
     out = s.empty(count * s.n)
     expected = torch.cat([s.data(r, count, shift=s.rank) for r in range(s.n)])
     if "alltoall_base" in OPS:
-        run = lambda a: dist.all_to_all_single(out, inp, group=s.group, async_op=a)  # noqa: E731
+        run = lambda: dist.all_to_all_single(out, inp, group=s.group)  # noqa: E731
     else:
         outs, ins = list(out.chunk(s.n)), list(inp.chunk(s.n))
-        run = lambda a: dist.all_to_all(outs, ins, group=s.group, async_op=a)  # noqa: E731
+        run = lambda: dist.all_to_all(outs, ins, group=s.group)  # noqa: E731
     return Case(run=run, check=lambda: _wrong(out, expected))
 
 
@@ -172,7 +172,7 @@ def _broadcast(s: Setup, count: int, place: str) -> Case:
     expected = s.data(s.root, count)
     src = s.global_rank(s.root)
     return Case(
-        run=lambda a: dist.broadcast(t, src=src, group=s.group, async_op=a),
+        run=lambda: dist.broadcast(t, src=src, group=s.group),
         check=lambda: _wrong(t, expected),
     )
 
@@ -182,7 +182,7 @@ def _reduce(s: Setup, count: int, place: str) -> Case:
     expected = _expected([s.data(r, count) for r in range(s.n)], s.op)
     dst = s.global_rank(s.root)
     return Case(
-        run=lambda a: dist.reduce(t, dst=dst, op=s.reduce_op, group=s.group, async_op=a),
+        run=lambda: dist.reduce(t, dst=dst, op=s.reduce_op, group=s.group),
         check=lambda: _wrong(t, expected) if s.rank == s.root else 0,
     )
 
@@ -193,7 +193,7 @@ def _gather(s: Setup, count: int, place: str) -> Case:
     expected = torch.cat([s.data(r, count) for r in range(s.n)])
     dst = s.global_rank(s.root)
     return Case(
-        run=lambda a: dist.gather(t, gather_list=outs, dst=dst, group=s.group, async_op=a),
+        run=lambda: dist.gather(t, gather_list=outs, dst=dst, group=s.group),
         check=lambda: _wrong(torch.cat(outs), expected) if outs else 0,
     )
 
@@ -203,7 +203,7 @@ def _scatter(s: Setup, count: int, place: str) -> Case:
     ins = [s.data(r, count) for r in range(s.n)] if s.rank == s.root else None
     src = s.global_rank(s.root)
     return Case(
-        run=lambda a: dist.scatter(out, scatter_list=ins, src=src, group=s.group, async_op=a),
+        run=lambda: dist.scatter(out, scatter_list=ins, src=src, group=s.group),
         check=lambda: _wrong(out, s.data(s.rank, count)),
     )
 
@@ -212,22 +212,11 @@ def _sendrecv(s: Setup, count: int, place: str) -> Case:
     t, out = s.data(s.rank, count), s.empty(count)
     to, frm = s.global_rank((s.rank + 1) % s.n), s.global_rank((s.rank - 1) % s.n)
 
-    def run(async_op: bool):
-        works = [dist.isend(t, to, group=s.group), dist.irecv(out, frm, group=s.group)]
-        return _Handles(works) if async_op else _Handles(works).wait()
+    def run() -> None:
+        for work in [dist.isend(t, to, group=s.group), dist.irecv(out, frm, group=s.group)]:
+            work.wait()
 
     return Case(run=run, check=lambda: _wrong(out, s.data((s.rank - 1) % s.n, count)))
-
-
-class _Handles:
-    """Several works waited for as one."""
-
-    def __init__(self, works):
-        self.works = works
-
-    def wait(self):
-        for work in self.works:
-            work.wait()
 
 
 def _ring(n: int) -> float:
@@ -306,22 +295,35 @@ def _sum_over_ranks(value: int, sync_group) -> int:
     return int(t.item())
 
 
+def _synchronize(device: str) -> None:
+    """Waits for the GPU: a waited-for CUDA op is only ordered before the caller's stream."""
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
 def _measure(case_for: Callable[[], Case], args, sync_group, n: int, collective, size: int) -> Result:
-    """Times ``iters`` back-to-back async runs (after ``warmup``), then checks one fresh run."""
+    """Times ``iters`` calls (after ``warmup``), each waited for, then checks one fresh run.
+
+    Each call completes before the next starts, as in a program's loop and as
+    nccl-tests' kernels on one stream. Issuing all of them asynchronously and
+    waiting at the end measures something else: the ops then queue up on one
+    buffer, and a backend that starts them all at once (an MPI library may)
+    runs them concurrently, slower and on data still being written.
+    """
     case = case_for()
     for _ in range(args.warmup):
-        case.run(False)
+        case.run()
+    _synchronize(args.device)
     _barrier(sync_group)
     start = time.perf_counter()
-    handles = [case.run(True) for _ in range(args.iters)]
-    for handle in handles:
-        if handle is not None:
-            handle.wait()
+    for _ in range(args.iters):
+        case.run()
+    _synchronize(args.device)
     elapsed = _max_over_ranks(time.perf_counter() - start, sync_group) / args.iters
     wrong = None
     if args.check:
         fresh = case_for()  # in-place ops change their input: check a fresh run
-        fresh.run(False)
+        fresh.run()
         wrong = _sum_over_ranks(fresh.check(), sync_group)
     algbw = size / elapsed / 1e9
     return Result(elapsed * 1e6, algbw, algbw * collective.factor(n), wrong)
@@ -336,10 +338,7 @@ def run_sweep(args: argparse.Namespace) -> list[Row] | None:
     groups = {BACKEND_NAME: None}
     if args.reference != "none":
         groups[args.reference] = dist.new_group(backend=args.reference)
-    names = args.collectives.split(",") if args.collectives != "all" else available()
-    unknown = [c for c in names if c not in COLLECTIVES or c not in available()]
-    if unknown:
-        raise SystemExit(f"{BACKEND_NAME} cannot run {unknown}; it implements {available()}")
+    names = args.collectives
     dtype = DTYPES[args.dtype]
     element = torch.empty(0, dtype=dtype).element_size()
     n = dist.get_world_size()
@@ -387,52 +386,87 @@ def _cell(value, digits: int, width: int) -> str:
     return f"{value:>{width}.{digits}f}" if isinstance(value, float) else f"{value:>{width}}"
 
 
+def _ratio(ours: Result, theirs: Result | None) -> float | None:
+    if theirs is None or not ours.busbw or not theirs.busbw:
+        return None
+    return ours.busbw / theirs.busbw
+
+
 def report(rows: list[Row], args: argparse.Namespace, world_size: int) -> str:
-    """The nccl-tests table for this backend, with the reference's busbw ratio."""
+    """The nccl-tests table for this backend; with a reference, busbw / its busbw per variant.
+
+    Several collectives get a collective column and one average each. As in
+    nccl-tests, ``# Avg bus bandwidth`` averages the out-of-place and in-place
+    busbw of every size.
+    """
+    reference = args.reference if args.reference != "none" else None
+    names = list(dict.fromkeys(row.collective for row in rows))
+    name_width = 1 + max(len("collective"), *map(len, names)) if len(names) > 1 else 0
+    ratio_head = f"busbw/{reference}" if reference else ""
+    ratio_width = len(ratio_head) + 1 if reference else 0
+    block = 9 + 9 + 9 + 9 + ratio_width  # time, algbw, busbw, #wrong, ratio: each with its space
+
+    def head(collective: str, size: str, count: str, type_: str, redop: str, root: str,
+             *cells: str) -> str:  # fmt: skip
+        text = f"#{collective:>{name_width}} " if name_width else "#"
+        text += f"{size:>11} {count:>11} {type_:>8} {redop:>6} {root:>5}"
+        for time_, algbw, busbw, wrong, ratio in (cells[:5], cells[5:]):
+            text += f" {time_:>8} {algbw:>8} {busbw:>8} {wrong:>8}"
+            text += f" {ratio:>{ratio_width - 1}}" if reference else ""
+        return text
+
+    title = f"# {BACKEND_NAME}" + (f" vs {reference}" if reference else "")
+    prefix = (name_width + 1 if name_width else 0) + 46  # up to the end of the root column
     lines = [
-        f"# {BACKEND_NAME} vs {args.reference}: {world_size} ranks, dtype {args.dtype}, "
-        f"{args.iters} iterations after {args.warmup} warm-up, torch {torch.__version__}",
-        f"#{'':>45}{'out-of-place':^38}{'in-place':^38}",
-        f"#{'size':>11} {'count':>11} {'type':>8} {'redop':>6} {'root':>5} "
-        + (f"{'time':>9} {'algbw':>8} {'busbw':>8} {'#wrong':>8}   " * 2)
-        + f"{'busbw/' + args.reference if args.reference != 'none' else '':>12}",
-        f"#{'(B)':>11} {'(elements)':>11} {'':>8} {'':>6} {'':>5} "
-        + (f"{'(us)':>9} {'(GB/s)':>8} {'(GB/s)':>8} {'':>8}   " * 2),
+        f"{title}: {world_size} ranks, dtype {args.dtype}, {args.iters} iterations after "
+        f"{args.warmup} warm-up, each call waited for, torch {torch.__version__}",
+        f"#{'':>{prefix - 1}}{OOP:^{block}}{IP:^{block}}".rstrip(),
+        head("collective", "size", "count", "type", "redop", "root",
+             *["time", "algbw", "busbw", "#wrong", ratio_head] * 2),  # fmt: skip
+        head("", "(B)", "(elements)", "", "", "", *["(us)", "(GB/s)", "(GB/s)", "", ""] * 2).rstrip(),
     ]
-    busbws, reference_busbws, wrong_total = [], [], 0
+    busbws: dict[str, list[float]] = {name: [] for name in names}
+    reference_busbws: dict[str, list[float]] = {name: [] for name in names}
+    wrong_total = 0
     for row in rows:
         ours = row.results[BACKEND_NAME]
-        cells = []
+        theirs = row.results.get(reference, {}) if reference else {}
+        line = f" {row.collective:>{name_width}} " if name_width else " "
+        line += f"{row.size:>11} {row.count:>11} {row.type:>8} {row.redop:>6} {row.root:>5}"
         for place in (OOP, IP):
             r = ours.get(place, Result())
-            cells.append(
-                f"{_cell(r.time_us, 1, 9)} {_cell(r.algbw, 3, 8)} {_cell(r.busbw, 3, 8)} "
-                f"{_cell(r.wrong, 0, 8)}   "
+            line += (
+                f" {_cell(r.time_us, 1, 8)} {_cell(r.algbw, 3, 8)} {_cell(r.busbw, 3, 8)}"
+                f" {_cell(r.wrong, 0, 8)}"
             )
+            if reference:
+                line += f" {_cell(_ratio(r, theirs.get(place)), 2, ratio_width - 1)}"
             wrong_total += r.wrong or 0
-        best = next(ours[p] for p in (IP, OOP) if p in ours)
-        busbws.append(best.busbw)
-        ratio = ""
-        if args.reference != "none":
-            theirs = row.results[args.reference]
-            reference = next(theirs[p] for p in (IP, OOP) if p in theirs)
-            if reference.busbw:
-                reference_busbws.append(reference.busbw)
-                ratio = f"{best.busbw / reference.busbw:12.2f}"
-            else:
-                ratio = f"{'N/A':>12}"
-        lines.append(
-            f" {row.size:>11} {row.count:>11} {row.type:>8} {row.redop:>6} {row.root:>5} "
-            + "".join(cells)
-            + ratio
-        )
+            if r.busbw is not None:
+                busbws[row.collective].append(r.busbw)
+            if theirs.get(place) is not None and theirs[place].busbw is not None:
+                reference_busbws[row.collective].append(theirs[place].busbw)
+        lines.append(line)
     lines.append(f"# Out of bounds values : {wrong_total} {'OK' if wrong_total == 0 else 'FAILED'}")
-    lines.append(f"# Avg bus bandwidth    : {statistics.fmean(busbws):.4f}")
-    if reference_busbws:
-        lines.append(
-            f"# Avg bus bandwidth of {args.reference} : {statistics.fmean(reference_busbws):.4f}"
-        )
+    for name in names:
+        which = f" ({name})" if len(names) > 1 else ""
+        lines.append(f"# Avg bus bandwidth    : {statistics.fmean(busbws[name]):.4f}{which}")
+        if reference_busbws[name]:
+            average = statistics.fmean(reference_busbws[name])
+            lines.append(f"# Avg bus bandwidth of {reference} : {average:.4f}{which}")
     return "\n".join(lines)
+
+
+def _pyplot():
+    """matplotlib's pyplot, drawing to files; None when matplotlib is not installed."""
+    try:
+        import matplotlib
+    except ImportError:
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def save(rows: list[Row], args: argparse.Namespace, world_size: int) -> list[str]:
@@ -446,12 +480,8 @@ def save(rows: list[Row], args: argparse.Namespace, world_size: int) -> list[str
     written = [f"{args.out}.json"]
     with open(written[0], "w") as f:
         json.dump({"meta": meta, "rows": [asdict(row) for row in rows]}, f, indent=2)
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = _pyplot()
+    if plt is None:
         return written
     names = list(dict.fromkeys(row.collective for row in rows))
     figure, axes = plt.subplots(1, len(names), figsize=(5 * len(names), 4), squeeze=False)
@@ -494,6 +524,8 @@ def _rank_main(rank: int, world_size: int, args: argparse.Namespace) -> None:
             print(report(rows, args, world_size), flush=True)
             for path in save(rows, args, world_size):
                 print(f"# wrote {path}", flush=True)
+            if _pyplot() is None:
+                print(f"# no {args.out}.png: matplotlib is not installed", flush=True)
     finally:
         dist.destroy_process_group()
 
@@ -503,39 +535,73 @@ def _spawned(rank: int, world_size: int, port: int, args: argparse.Namespace) ->
     _rank_main(rank, world_size, args)
 
 
+class _Parser(argparse.ArgumentParser):
+    """Under a launcher only rank 0 prints a usage error: one message, not one per rank."""
+
+    def error(self, message: str):
+        launched = _launched()
+        if launched is not None and launched[0] != 0:
+            sys.exit(2)
+        super().error(message)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, checked before any rank starts; ``collectives`` becomes a list."""
+
     def size(text: str) -> int:
         units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
         text = text.strip().upper().removesuffix("B")
         return int(float(text[:-1]) * units[text[-1]]) if text[-1:] in units else int(text)
 
-    parser = argparse.ArgumentParser(
-        prog=f"python -m {__name__}", description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )  # fmt: skip
-    parser.add_argument("-b", "--minbytes", type=size, default=size("8"), help="smallest size")
-    parser.add_argument("-e", "--maxbytes", type=size, default=size("16M"), help="largest size")
-    parser.add_argument("-f", "--stepfactor", type=float, default=4.0, help="size multiplier")
-    parser.add_argument("-n", "--iters", type=int, default=20, help="timed iterations per size")
-    parser.add_argument("-w", "--warmup", type=int, default=5, help="untimed iterations first")
-    parser.add_argument("-d", "--dtype", choices=sorted(DTYPES), default="float")
-    parser.add_argument("-o", "--op", choices=sorted(REDUCE_OPS), default="sum", help="reduce op")
-    parser.add_argument("-r", "--root", type=int, default=0, help="root of rooted collectives")
-    parser.add_argument("-c", "--check", type=int, choices=[0, 1], default=1,
-                        help="check the result of every size")  # fmt: skip
-    parser.add_argument("--collectives", default="all",
-                        help=f"comma-separated, from: {', '.join(COLLECTIVES)}")  # fmt: skip
-    parser.add_argument("--reference", default="gloo", help="backend to compare with, or none")
-    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    parser.add_argument("--nprocs", type=int, default=2,
-                        help="local ranks to start when not under a launcher")  # fmt: skip
-    parser.add_argument("--out", default=None, help="prefix of the .json and .png written")
-    parser.add_argument("--timeout", type=float, default=600, help="process group timeout (s)")
-    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                        help="print each step to stderr (default: on long sweeps)")  # fmt: skip
+    parser = _Parser(prog="python -m single_collectives.bench", description=__doc__.split("\n\n")[0])
+    add = parser.add_argument
+    add("-b", "--minbytes", type=size, default=size("8"), help="smallest size (default: 8)")
+    add("-e", "--maxbytes", type=size, default=size("16M"), help="largest size (default: 16M)")
+    add("-f", "--stepfactor", type=float, default=4.0, help="size multiplier (default: %(default)s)")
+    add("-n", "--iters", type=int, default=20, help="timed calls per size (default: %(default)s)")
+    add("-w", "--warmup", type=int, default=5, help="untimed calls first (default: %(default)s)")
+    add("-d", "--dtype", choices=sorted(DTYPES), default="float", metavar="TYPE",
+        help="element type: %(choices)s (default: %(default)s)")  # fmt: skip
+    add("-o", "--op", choices=sorted(REDUCE_OPS), default="sum", metavar="OP",
+        help="reduce op: %(choices)s (default: %(default)s)")  # fmt: skip
+    add("-r", "--root", type=int, default=0, help="root of rooted collectives (default: %(default)s)")
+    add("-c", "--check", type=int, choices=[0, 1], default=1,
+        help="count wrong elements at every size (default: %(default)s)")  # fmt: skip
+    add("--collectives", default="all",
+        help=f"comma-separated, from: {', '.join(available())} (default: all of them)")  # fmt: skip
+    add("--reference", default="gloo",
+        help="backend measured alongside, or none (default: %(default)s)")  # fmt: skip
+    add("--device", choices=["cpu", "cuda"], default="cpu" if "cpu" in DEVICES else "cuda",
+        help="where the tensors live (default: %(default)s)")  # fmt: skip
+    add("--nprocs", type=int, default=2,
+        help="local ranks to start when not under a launcher (default: %(default)s)")  # fmt: skip
+    add("--out", metavar="PREFIX",
+        help="write every row to PREFIX.json and, with matplotlib, a busbw plot to PREFIX.png "
+             f"(default: bench-{BACKEND_NAME}-<ranks>ranks in the current directory)")  # fmt: skip
+    add("--timeout", type=float, default=600, help="process group timeout, s (default: %(default)s)")
+    add("--progress", action=argparse.BooleanOptionalAction,
+        help="print each step to stderr (default: when stderr is a terminal, or the sweep "
+             "spans more than 4096x in size)")  # fmt: skip
     args = parser.parse_args(argv)
     if args.minbytes < 1 or args.maxbytes < args.minbytes or args.stepfactor <= 1:
         parser.error("need 1 <= --minbytes <= --maxbytes and --stepfactor > 1")
+    if args.iters < 1 or args.warmup < 0 or args.nprocs < 1:
+        parser.error("need --iters >= 1, --warmup >= 0 and --nprocs >= 1")
+    args.collectives = available() if args.collectives == "all" else args.collectives.split(",")
+    unknown = [name for name in args.collectives if name not in available()]
+    if unknown:
+        parser.error(f"--collectives {','.join(unknown)}: {BACKEND_NAME} runs {', '.join(available())}")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        built = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
+        parser.error(f"--device cuda: torch {torch.__version__} ({built}) sees no CUDA device")
+    if args.device not in DEVICES:
+        parser.error(f"--device {args.device}: {BACKEND_NAME} runs on {', '.join(DEVICES)}")
+    if args.reference != "none":
+        usable = [name for name, devices in dist.Backend.backend_capability.items()
+                  if args.device in devices and dist.is_backend_available(name)]  # fmt: skip
+        if args.reference not in usable:
+            parser.error(f"--reference {args.reference}: not a backend this torch runs on "
+                         f"{args.device}; choose from {', '.join([*usable, 'none'])}")  # fmt: skip
     return args
 
 
