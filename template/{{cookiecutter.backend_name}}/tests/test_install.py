@@ -29,10 +29,13 @@ installed = pytest.mark.skipif(
     reason="needs the package installed (pip install --no-build-isolation .): autoload reads its entry point",
 )
 
+# Prints whether the backend is registered, whether the package is loaded, and
+# how many threads the process runs (native ones too, where /proc says).
 AFTER_IMPORT_TORCH = """
-import os, sys
+import os, sys, threading
 import torch, torch.distributed as dist
-print("{{ p.name }}" in dist.Backend.backend_list, "{{ p.package }}" in sys.modules, len(os.listdir("/proc/self/task")))
+threads = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else threading.active_count()
+print("{{ p.name }}" in dist.Backend.backend_list, "{{ p.package }}" in sys.modules, threads)
 """
 
 
