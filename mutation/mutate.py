@@ -48,11 +48,11 @@ MUTANTS = HERE / "mutants.toml"
 IMPLS = ("store", "mpi")
 #: The per-op tests of a generated suite (file::function); ids end in ``-OP]``.
 OP_TESTS = (
-    "test_collectives.py::test_op",
-    "test_collectives.py::test_op_with_last_rank_as_root",
-    "test_collectives.py::test_op_async",
-    "test_collectives.py::test_op_on_noncontiguous_tensors",
-    "test_collectives.py::test_op_in_subgroups",
+    "test_ops.py::test_op",
+    "test_ops.py::test_op_with_last_rank_as_root",
+    "test_ops.py::test_op_async",
+    "test_ops.py::test_op_on_noncontiguous_tensors",
+    "test_ops.py::test_op_in_subgroups",
     "test_matrix.py::test_dtypes_and_reduce_ops_like_gloo",
 )
 #: World sizes the mutants are tested at (the suite itself also runs 4).

@@ -67,16 +67,16 @@ def test_mutated_restores_the_project(tmp_path: Path) -> None:
 
 def test_select_takes_the_op_and_world_sizes_asked_for() -> None:
     ids = [
-        "tests/test_collectives.py::test_op[world2-reduce]",
-        "tests/test_collectives.py::test_op[world2-allreduce]",
-        "tests/test_collectives.py::test_op[world4-reduce]",
-        "tests/test_collectives.py::test_op_in_subgroups[world3-reduce]",
-        "tests/test_collectives.py::test_recv_matches_messages_by_tag[world3]",
+        "tests/test_ops.py::test_op[world2-reduce]",
+        "tests/test_ops.py::test_op[world2-allreduce]",
+        "tests/test_ops.py::test_op[world4-reduce]",
+        "tests/test_ops.py::test_op_in_subgroups[world3-reduce]",
+        "tests/test_ops.py::test_recv_matches_messages_by_tag[world3]",
         "tests/test_matrix.py::test_dtypes_and_reduce_ops_like_gloo[world2-reduce]",
     ]
     mutant = mutate.Mutant("m", "store", "reduce", "d", ())
     assert mutate.select(ids, mutant) == [ids[0], ids[3], ids[5]]
-    by_tag = ("test_collectives.py::test_recv_matches_messages_by_tag",)
+    by_tag = ("test_ops.py::test_recv_matches_messages_by_tag",)
     tagged = mutate.Mutant("m", "store", "recv", "d", (), tests=by_tag)
     assert mutate.select(ids, tagged) == [ids[4]]
     with pytest.raises(mutate.MutationError, match="no test selected"):

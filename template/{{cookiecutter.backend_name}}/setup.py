@@ -160,12 +160,23 @@ def get_extensions():
     ]
 
 
+def torch_release() -> str:
+    """``2.13`` for torch ``2.13.0+cpu``: the extension only works with that torch release."""
+    return ".".join(torch.__version__.split("+")[0].split(".")[:2])
+
+
+# The package checks at import that it runs with the torch it was built for.
+(ROOT / "src" / "{{ p.package }}" / "_build_info.py").write_text(
+    f'"""Written by setup.py: the torch this build is for."""\n\nTORCH_VERSION = "{torch.__version__}"\n'
+)
+
 # ninja compiles the sources in parallel; more jobs than cores only slows
 # each of them down.
 cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 os.environ.setdefault("MAX_JOBS", str(cores or 1))
 
 setup(
+    install_requires=[f"torch=={torch_release()}.*"],
     ext_modules=get_extensions(),
     cmdclass={"build_ext": cpp_extension.BuildExtension},
 )

@@ -13,8 +13,12 @@ numbered unlike MPI's, which must fail with a clear error.
 """Runs every op case in a process started by a launcher (torchrun, mpirun, srun).
 
     torchrun --nproc-per-node 3 tests/launched.py
+    torchrun --nproc-per-node 3 tests/launched.py --autoload
 
 The launcher provides the rank, world size and rendezvous in the environment.
+With --autoload the script, like one that never imports {{ p.package }}, uses the
+backend that `import torch` registered (the package must be installed), and
+checks that this loaded nothing before the group was created.
 """
 {%- endif %}
 
@@ -23,13 +27,13 @@ from pathlib import Path
 
 import torch.distributed as dist
 
+{% if p.impl == "mpi" -%}
 import {{ p.package }}  # noqa: F401  (registers the backend)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cases  # noqa: E402
 from harness import Skip  # noqa: E402
 
-{% if p.impl == "mpi" -%}
 if "--plain" in sys.argv or "--swap-ranks" in sys.argv:
     rank, world_size = {{ p.package }}.launcher_rank_and_size()
     if "--swap-ranks" in sys.argv:
@@ -38,7 +42,16 @@ if "--plain" in sys.argv or "--swap-ranks" in sys.argv:
 else:
     {{ p.package }}.init_process_group_from_mpi()
 {% else -%}
+if "--autoload" not in sys.argv:
+    import {{ p.package }}  # noqa: F401  (registers the backend)
+elif "{{ p.package }}" in sys.modules:
+    sys.exit("import torch loaded {{ p.package }}: autoload must only register the backend")
 dist.init_process_group("{{ p.name }}")
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import cases  # noqa: E402
+from harness import Skip  # noqa: E402
+
 {% endif -%}
 ran = 0
 for op in sorted(cases.OPS):

@@ -7,6 +7,9 @@ Importing this package registers the backend::
     import {{ p.package }}  # noqa: F401
 
     dist.init_process_group("{{ p.name }}", rank=rank, world_size=world_size)
+
+Once the package is installed, ``import torch`` registers it too (see
+``_{{ p.package }}_autoload``), so scripts that never import it work as well.
 {%- if p.impl == "mpi" %}
 
 In a process started by mpirun, mpiexec or srun, one call does it all::
@@ -28,7 +31,10 @@ import socket
 import torch  # noqa: F401  (loads libtorch before the extension)
 import torch.distributed as dist
 
-from . import _C
+from ._torch_check import check_torch
+
+check_torch()  # a build for another torch fails here, in one line, not with undefined symbols
+from . import _C  # noqa: E402
 
 __version__ = "0.1.0"
 

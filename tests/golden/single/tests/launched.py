@@ -1,8 +1,12 @@
 """Runs every op case in a process started by a launcher (torchrun, mpirun, srun).
 
     torchrun --nproc-per-node 3 tests/launched.py
+    torchrun --nproc-per-node 3 tests/launched.py --autoload
 
 The launcher provides the rank, world size and rendezvous in the environment.
+With --autoload the script, like one that never imports single_collectives, uses the
+backend that `import torch` registered (the package must be installed), and
+checks that this loaded nothing before the group was created.
 """
 
 import sys
@@ -10,13 +14,16 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-import single_collectives  # noqa: F401  (registers the backend)
+if "--autoload" not in sys.argv:
+    import single_collectives  # noqa: F401  (registers the backend)
+elif "single_collectives" in sys.modules:
+    sys.exit("import torch loaded single_collectives: autoload must only register the backend")
+dist.init_process_group("single")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cases  # noqa: E402
 from harness import Skip  # noqa: E402
 
-dist.init_process_group("single")
 ran = 0
 for op in sorted(cases.OPS):
     try:

@@ -7,6 +7,9 @@ Importing this package registers the backend::
 
     dist.init_process_group("mpi_all", rank=rank, world_size=world_size)
 
+Once the package is installed, ``import torch`` registers it too (see
+``_mpi_all_collectives_autoload``), so scripts that never import it work as well.
+
 In a process started by mpirun, mpiexec or srun, one call does it all::
 
     mpi_all_collectives.init_process_group_from_mpi()
@@ -23,7 +26,10 @@ import socket
 import torch  # noqa: F401  (loads libtorch before the extension)
 import torch.distributed as dist
 
-from . import _C
+from ._torch_check import check_torch
+
+check_torch()  # a build for another torch fails here, in one line, not with undefined symbols
+from . import _C  # noqa: E402
 
 __version__ = "0.1.0"
 

@@ -6,12 +6,18 @@ Importing this package registers the backend::
     import single_collectives  # noqa: F401
 
     dist.init_process_group("single", rank=rank, world_size=world_size)
+
+Once the package is installed, ``import torch`` registers it too (see
+``_single_collectives_autoload``), so scripts that never import it work as well.
 """
 
 import torch  # noqa: F401  (loads libtorch before the extension)
 import torch.distributed as dist
 
-from . import _C
+from ._torch_check import check_torch
+
+check_torch()  # a build for another torch fails here, in one line, not with undefined symbols
+from . import _C  # noqa: E402
 
 __version__ = "0.1.0"
 

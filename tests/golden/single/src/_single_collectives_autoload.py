@@ -1,0 +1,31 @@
+"""Makes ``init_process_group("single")`` work without ``import single_collectives``.
+
+``import torch`` calls :func:`register` through this distribution's
+``torch.backends`` entry point (PyTorch's device-backend autoload), while torch
+itself is still being imported; ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` turns that
+off. It only registers the name: the creator it registers imports
+``single_collectives``, and with it the C++ extension, when the first process group of
+the backend is created. So ``import torch`` stays as fast as without it, starts
+no thread, and a build that does not match the torch in use fails there, with
+the package's error, instead of breaking ``import torch``.
+
+This is a module of its own, outside ``single_collectives``: loading an entry point
+imports the package that holds it, and ``single_collectives/__init__.py`` loads the extension.
+"""
+
+
+def register() -> None:
+    """Registers backend "single" with torch.distributed, loading nothing yet."""
+    import torch.distributed as dist  # already imported by torch at this point
+
+    if dist.is_available():
+        dist.Backend.register_backend(
+            "single", _create_backend, extended_api=True, devices=["cuda"]
+        )
+
+
+def _create_backend(*args, **kwargs):
+    """Imports single_collectives (which registers its own creator), then creates the backend."""
+    import single_collectives
+
+    return single_collectives._C.create_backend(*args, **kwargs)
