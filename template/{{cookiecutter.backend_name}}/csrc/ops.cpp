@@ -274,7 +274,7 @@ std::shared_ptr<Communicator> init(const GroupInfo& group) {
   // Your library's communicator is created here: rank 0 makes a unique id,
   // group.store.set("id", ...) publishes it, the others group.store.get("id").
 {%- elif p.impl == "store" %}
-  comm->exchange = std::make_shared<StoreExchange>(group.store.c10dStore());
+  comm->exchange = std::make_shared<StoreExchange>(group.store);
 {%- elif p.impl == "mpi" %}
   // Collective over the group's processes: a communicator of MPI_COMM_WORLD.
   comm->mpi = std::make_shared<MpiComm>(group.backend, group.globalRanks, group.rank, group.world);

@@ -191,7 +191,7 @@ at::Tensor decode(Blob blob, const at::Tensor& like, int64_t numel, int fromRank
 
 } // namespace
 
-StoreExchange::StoreExchange(c10::intrusive_ptr<c10d::Store> store) : store_(std::move(store)) {}
+StoreExchange::StoreExchange(Bootstrap& store) : store_(store.c10dStore()) {}
 
 StoreExchange::~StoreExchange() = default;
 

@@ -31,10 +31,12 @@ class Store;
 namespace {{ p.package }} {
 
 struct OpContext;
+class Bootstrap;
 
 class StoreExchange {
  public:
-  explicit StoreExchange(c10::intrusive_ptr<c10d::Store> store);
+  // Over the group's store, as ops::init receives it.
+  explicit StoreExchange(Bootstrap& store);
   ~StoreExchange();
   StoreExchange(const StoreExchange&) = delete;
   StoreExchange& operator=(const StoreExchange&) = delete;
