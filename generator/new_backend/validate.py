@@ -237,7 +237,7 @@ _PKG_CONFIG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
 
 
 def validate_library(library: str) -> str:
-    """Check ``--library``: the pkg-config name of the library the backend links (``ucx``), or ''."""
+    """Check ``--library``: the pkg-config name of the library to link (``ucx``), or ''."""
     if not isinstance(library, str):
         raise InvalidAnswerError("library", "--library must be a string")
     if library and not _PKG_CONFIG_NAME.fullmatch(library):

@@ -11,7 +11,7 @@
 #include <sstream>
 #include <thread>
 
-#include "ops.hpp"
+#include "context.hpp"
 
 namespace store_all_collectives {
 namespace {
@@ -190,7 +190,7 @@ at::Tensor decode(Blob blob, const at::Tensor& like, int64_t numel, int fromRank
 
 } // namespace
 
-StoreExchange::StoreExchange(c10::intrusive_ptr<c10d::Store> store) : store_(std::move(store)) {}
+StoreExchange::StoreExchange(Bootstrap& store) : store_(store.c10dStore()) {}
 
 StoreExchange::~StoreExchange() = default;
 
@@ -308,6 +308,11 @@ void StoreExchange::deleteLeftovers(c10d::Store& store) {
     }
   }
   leftovers_.clear();
+}
+
+void StoreExchange::close() {
+  std::lock_guard<std::mutex> lock(waitMutex_);
+  deleteLeftovers(*store_);
 }
 
 void StoreExchange::abort() {
