@@ -319,7 +319,6 @@ void StoreExchange::close() {
 void StoreExchange::abort() {
   std::lock_guard<std::mutex> lock(waitMutex_);
   aborted_ = true;
-  deleteLeftovers(*store_);
   Blob marker(sizeof(Header));
   const Header header{kAbortMagic, rank_, 0};
   std::memcpy(marker.data(), &header, sizeof(Header));

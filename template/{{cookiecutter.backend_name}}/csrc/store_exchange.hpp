@@ -81,7 +81,8 @@ class StoreExchange {
   int recvAnysource(const OpContext& ctx, at::Tensor& tensor, int tag);
 
   // Wakes the threads blocked in a wait, so that their ops fail at once
-  // (ops::abort).
+  // (ops::abort). What this rank put stays: a peer that is still within its
+  // own deadline reads it, and names the rank that really is missing.
   void abort();
   // Deletes what this rank put for collectives that failed (ops::finalize).
   void close();
