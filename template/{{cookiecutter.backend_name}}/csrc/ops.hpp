@@ -3,7 +3,9 @@
 //
 // backend.cpp checks every call on the caller's thread, queues it, and runs it
 // on the backend's worker thread by calling one of the functions declared
-// here. ops.cpp defines them: that is where your library's calls go.
+// here. ops.cpp defines them: that is where your library's calls go. Your
+// library's state per group (Communicator), its Options and the lifecycle of
+// a group (init, split, finalize, abort) are here too.
 //
 // This header includes nothing from c10d, only <ATen/core/Tensor.h>, so ops.cpp
 // rebuilds in seconds and does not change when c10d's Backend class does.
