@@ -117,6 +117,46 @@ def test_bad_impl_is_one_line_usage_error(run: Cli, out: Path, user_file: Path) 
     assert listing(out) == before
 
 
+BAD_LIBRARIES = {
+    "space": "lib ucx",
+    "path": "../ucx",
+    "leading dash": "-lucx",
+    "shell": "ucx;rm",
+    "too long": "u" * 101,
+}
+
+
+@pytest.mark.parametrize("library", BAD_LIBRARIES.values(), ids=BAD_LIBRARIES.keys())
+def test_bad_library_is_one_line_usage_error(
+    run: Cli, out: Path, user_file: Path, library: str
+) -> None:
+    before = listing(out)
+    line = assert_one_line_error(run("x", f"--library={library}"), 2)
+    assert "--library" in line and "pkg-config" in line
+    assert listing(out) == before
+
+
+def test_library_is_recorded_and_kept_by_re_rendering(run: Cli, out: Path) -> None:
+    """--library lands in .new-backend.json and setup.py; --force and --from-answers keep it."""
+    assert run("alpha", "--library", "ucx").exit_code == 0
+    answers = json.loads((out / "alpha" / ".new-backend.json").read_text())
+    assert answers["library"] == "ucx"
+    setup = (out / "alpha" / "setup.py").read_text()
+    assert "find_library()" in setup and '"pkg-config", *args, "ucx"' in setup
+    assert "UCX_HOME" in setup and "-Wl,-rpath," in setup
+    original = tree(out / "alpha")
+    result = run("--force", "-o", str(out / "alpha"))
+    assert result.exit_code == 0, result.output
+    assert tree(out / "alpha") == original
+    result = run("--from-answers", str(out / "alpha" / ".new-backend.json"), "-o", "again")
+    assert result.exit_code == 0, result.output
+    assert tree(out / "again" / "alpha") == original
+    assert run("beta").exit_code == 0
+    plain = out / "beta"
+    assert "library" not in json.loads((plain / ".new-backend.json").read_text())
+    assert "find_library" not in (plain / "setup.py").read_text()
+
+
 def test_unknown_option_is_one_line_usage_error(run: Cli, out: Path, user_file: Path) -> None:
     before = listing(out)
     assert_one_line_error(run("x", "--bogus"), 2)
@@ -349,6 +389,7 @@ BROKEN_ANSWERS = {
     "bad op": answers_with(ops=["nope"]),
     "bad device": answers_with(devices=["tpu"]),
     "bad impl": answers_with(impl="real"),
+    "bad library": answers_with(library="lib ucx"),
     "name not a string": answers_with(backend_name=7),
     "ops not a list": answers_with(ops=5),
     "op not a string": answers_with(ops=[1]),

@@ -31,7 +31,7 @@ from new_backend.generate import (
     locate_target,
     read_answers,
 )
-from new_backend.params import BACKEND_NAME, DEVICE_LIST, OP_LIST
+from new_backend.params import BACKEND_NAME, DEVICE_LIST, LIBRARY_NAME, OP_LIST
 from new_backend.validate import (
     DEFAULT_DEVICES,
     DEFAULT_NAME,
@@ -132,6 +132,13 @@ CONTEXT = {"help_option_names": ["-h", "--help"]}
     "[default: dummy]",
 )
 @click.option(
+    "--library",
+    type=LIBRARY_NAME,
+    help="The library the ops call, by its pkg-config name (ucx): setup.py finds it through "
+    "pkg-config, <NAME>_HOME, or <NAME>_INCLUDE_DIR and <NAME>_LIBRARY_DIR, and links it with an "
+    "rpath. Recorded in the project, so re-rendering keeps it. [default: none]",
+)
+@click.option(
     "-o",
     "--output-dir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -170,6 +177,7 @@ def cli(
     ops: tuple[str, ...] | None,
     devices: tuple[str, ...] | None,
     impl: str | None,
+    library: str | None,
     output_dir: Path,
     force: bool,
     dry_run: bool,
@@ -185,7 +193,9 @@ def cli(
     )
     given = {
         k: v
-        for k, v in dict(backend_name=name, ops=ops, devices=devices, impl=impl).items()
+        for k, v in dict(
+            backend_name=name, ops=ops, devices=devices, impl=impl, library=library
+        ).items()
         if v is not None
     }
     from_file = read_answers(from_answers) if from_answers is not None else {}

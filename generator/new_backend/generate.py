@@ -65,6 +65,7 @@ def generate_project(
     ops: str | list[str] | tuple[str, ...] = DEFAULT_OPS,
     devices: str | list[str] | tuple[str, ...] = DEFAULT_DEVICES,
     impl: str = "dummy",
+    library: str = "",
     output_dir: str | os.PathLike[str] = ".",
     force: bool = False,
     dry_run: bool = False,
@@ -77,7 +78,7 @@ def generate_project(
     ``target`` names the project folder itself, for re-rendering a project
     whose folder is not called ``backend_name`` or from inside it.
     """
-    answers = Answers.checked(backend_name, ops, devices, impl)
+    answers = Answers.checked(backend_name, ops, devices, impl, library)
     target = Path(target) if target is not None else Path(output_dir) / answers.backend_name
     output_dir = target.parent
     _check_output_dir(output_dir)
@@ -157,7 +158,7 @@ def read_answers(path: str | os.PathLike[str]) -> dict:
         raise AnswersFileError(
             f"{path} is not a new-backend answers file (it needs {', '.join(sorted(keys))})"
         )
-    return {k: data[k] for k in keys}
+    return {k: data[k] for k in keys} | ({"library": data["library"]} if "library" in data else {})
 
 
 def _check_output_dir(output_dir: Path) -> None:

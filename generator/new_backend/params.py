@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from new_backend.exceptions import InvalidAnswerError
-from new_backend.validate import resolve_ops, validate_devices, validate_name
+from new_backend.validate import resolve_ops, validate_devices, validate_library, validate_name
 
 
 class _Checked(click.ParamType):
@@ -45,6 +45,14 @@ class DeviceList(_Checked):
     check = staticmethod(validate_devices)
 
 
+class LibraryName(_Checked):
+    """The pkg-config name of the library a project builds against (``ucx``)."""
+
+    name = "PKG"
+    check = staticmethod(validate_library)
+
+
 BACKEND_NAME = BackendName()
+LIBRARY_NAME = LibraryName()
 OP_LIST = OpList()
 DEVICE_LIST = DeviceList()

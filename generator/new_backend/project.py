@@ -29,6 +29,7 @@ class Project:
                 ops=context["ops"],
                 devices=context["devices"],
                 impl=context["impl"],
+                library=context.get("library", ""),
             )
         )
 
@@ -85,6 +86,16 @@ class Project:
     @property
     def impl(self) -> str:
         return self.answers.impl
+
+    @property
+    def library(self) -> str:
+        """The pkg-config name of the library the project builds against ('' for none)."""
+        return self.answers.library
+
+    @property
+    def library_variable(self) -> str:
+        """The prefix of the library's build variables (``UCX`` for UCX_HOME)."""
+        return "".join(c if c.isalnum() else "_" for c in self.answers.library).upper()
 
     @property
     def generator_version(self) -> str:

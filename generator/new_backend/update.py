@@ -143,6 +143,7 @@ def update_project(
         change_ops(old.ops, ops) if ops is not None else old.ops,
         validate_devices(devices) if devices is not None else old.devices,
         validate_impl(impl) if impl is not None else old.impl,
+        old.library,
     )
     if not allow_dirty and not dry_run:
         dirty = git_changes(project)

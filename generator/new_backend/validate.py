@@ -233,6 +233,22 @@ def validate_impl(impl: str) -> str:
     return impl
 
 
+_PKG_CONFIG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
+
+
+def validate_library(library: str) -> str:
+    """Check ``--library``: the pkg-config name of the library to link (``ucx``), or ''."""
+    if not isinstance(library, str):
+        raise InvalidAnswerError("library", "--library must be a string")
+    if library and not _PKG_CONFIG_NAME.fullmatch(library):
+        raise InvalidAnswerError(
+            "library",
+            f"{library!r} is not a pkg-config package name (letters, digits and . _ + -, "
+            "e.g. ucx or libfabric)",
+        )
+    return library
+
+
 @dataclass(frozen=True)
 class Answers:
     """Everything that decides what a generated project contains."""
@@ -241,6 +257,8 @@ class Answers:
     ops: tuple[str, ...] = DEFAULT_OPS
     devices: tuple[str, ...] = DEFAULT_DEVICES
     impl: str = "dummy"
+    #: The pkg-config name of the library the project builds against ('' for none).
+    library: str = ""
 
     @classmethod
     def checked(
@@ -249,6 +267,7 @@ class Answers:
         ops: str | list[str] | tuple[str, ...] = DEFAULT_OPS,
         devices: str | list[str] | tuple[str, ...] = DEFAULT_DEVICES,
         impl: str = "dummy",
+        library: str = "",
     ) -> Answers:
         """Validate raw values and return canonical answers."""
         return cls(
@@ -256,11 +275,14 @@ class Answers:
             ops=resolve_ops(ops),
             devices=validate_devices(devices),
             impl=validate_impl(impl),
+            library=validate_library(library),
         )
 
     def cookiecutter_context(self) -> dict[str, str]:
         """The answers as cookiecutter's extra_context (lists as comma-separated strings)."""
         data = asdict(self)
+        if not data["library"]:
+            del data["library"]  # as templates from before --library expect
         return {k: ",".join(v) if isinstance(v, tuple) else v for k, v in data.items()}
 
 

@@ -15,15 +15,33 @@ it is set, else from an mpicc compiler wrapper: MPICC, the one `pip install
 mpich` puts beside this Python, or the first mpicc on the PATH (MPICH, Open
 MPI, Intel MPI, MVAPICH). The extension remembers where libmpi is (rpath).
 {%- endif %}
+{%- if p.library %}
+
+The library "{{ p.library }}" comes from, in this order:
+  {{ p.library_variable }}_INCLUDE_DIR and {{ p.library_variable }}_LIBRARY_DIR (and {{ p.library_variable }}_LIBS,
+      comma-separated names to link, default: pkg-config's, else {{ p.library }});
+  {{ p.library_variable }}_HOME, a prefix with include/ and lib/ (or lib64/);
+  pkg-config {{ p.library }} (PKG_CONFIG_PATH says where else to look).
+The extension remembers where the library is (rpath), so the installed wheel
+runs without LD_LIBRARY_PATH.
+{%- endif %}
 """
 
 import os
-{%- if p.impl == "mpi" %}
+{%- if p.impl == "mpi" or p.library %}
 import shlex
+{%- endif %}
+{%- if p.impl == "mpi" %}
 import shutil
+{%- endif %}
+{%- if p.impl == "mpi" or p.library %}
 import subprocess
 import sys
+{%- endif %}
+{%- if p.impl == "mpi" %}
 import sysconfig
+{%- endif %}
+{%- if p.impl == "mpi" or p.library %}
 from dataclasses import dataclass, field
 {%- endif %}
 from pathlib import Path
@@ -115,6 +133,76 @@ def find_mpi() -> Mpi:
 {%- endif %}
 
 
+{%- if p.library %}
+
+
+@dataclass
+class Library:
+    """How to compile and link against {{ p.library }}."""
+
+    source: str
+    include_dirs: list = field(default_factory=list)
+    library_dirs: list = field(default_factory=list)
+    libraries: list = field(default_factory=list)
+
+    @property
+    def link_args(self) -> list:
+        """An rpath to each library folder: the installed wheel finds it without LD_LIBRARY_PATH."""
+        return [f"-Wl,-rpath,{d}" for d in self.library_dirs]
+
+
+def pkg_config(*args: str, path: str | None = None) -> list | None:
+    """The words `pkg-config {{ p.library }} ARGS` prints, or None when it fails."""
+    env = dict(os.environ)
+    if path is not None:
+        env["PKG_CONFIG_PATH"] = os.pathsep.join(filter(None, [path, env.get("PKG_CONFIG_PATH")]))
+    try:
+        done = subprocess.run(
+            ["pkg-config", *args, "{{ p.library }}"],
+            capture_output=True, text=True, env=env, timeout=60, check=False,
+        )
+    except OSError:
+        return None
+    return shlex.split(done.stdout) if done.returncode == 0 else None
+
+
+def find_library() -> Library:
+    """{{ p.library }} from {{ p.library_variable }}_INCLUDE_DIR/_LIBRARY_DIR, {{ p.library_variable }}_HOME or pkg-config; else exits."""
+    names = [n for n in os.environ.get("{{ p.library_variable }}_LIBS", "").split(",") if n]
+    include, libdir = os.environ.get("{{ p.library_variable }}_INCLUDE_DIR"), os.environ.get("{{ p.library_variable }}_LIBRARY_DIR")
+    home = os.environ.get("{{ p.library_variable }}_HOME")
+    if include or libdir or home:
+        if home:
+            include = include or str(Path(home, "include"))
+            libdir = libdir or next(
+                (str(d) for d in (Path(home, "lib64"), Path(home, "lib")) if d.is_dir()), str(Path(home, "lib"))
+            )
+        source = "{{ p.library_variable }}_HOME=" + home if home else "{{ p.library_variable }}_INCLUDE_DIR/{{ p.library_variable }}_LIBRARY_DIR"
+        for variable, folder in (("include", include), ("library", libdir)):
+            if not folder or not Path(folder).is_dir():
+                sys.exit(f"error: {{ p.library }}: {source} gives no {variable} folder ({folder})")
+        pc = pkg_config("--libs-only-l", path=str(Path(libdir, "pkgconfig")))
+        names = names or [w[2:] for w in pc or [] if w.startswith("-l")] or ["{{ p.library }}".removeprefix("lib")]
+        return Library(source, [include], [libdir], names)
+    cflags, libs = pkg_config("--cflags-only-I"), pkg_config("--libs-only-L", "--libs-only-l")
+    if cflags is None or libs is None:
+        sys.exit(
+            "error: {{ p.library }} not found: no pkg-config package '{{ p.library }}' (PKG_CONFIG_PATH) and no "
+            "{{ p.library_variable }}_HOME or {{ p.library_variable }}_INCLUDE_DIR/{{ p.library_variable }}_LIBRARY_DIR; install it (its -dev package) "
+            "or set {{ p.library_variable }}_HOME=/its/prefix"
+        )
+    library_dirs = [w[2:] for w in libs if w.startswith("-L")]
+    if not library_dirs:  # a system folder pkg-config leaves out: ask it anyway, for the rpath
+        library_dirs = [d for d in [*(pkg_config("--variable=libdir") or [])] if d]
+    return Library(
+        "pkg-config {{ p.library }}",
+        [w[2:] for w in cflags if w.startswith("-I")],
+        library_dirs,
+        names or [w[2:] for w in libs if w.startswith("-l")],
+    )
+{%- endif %}
+
+
 def build_with_cuda() -> bool:
     """CUDA support follows the torch being built against, never the GPU present."""
     if os.environ.get("FORCE_CUDA", "0") == "1":
@@ -134,15 +222,29 @@ def get_extensions():
     mpi = find_mpi()
     print(f"{{ p.package }}: building against the MPI of {mpi.source}")
 {%- endif %}
+{%- if p.library %}
+    library = find_library()
+    print(f"{{ p.package }}: building against {{ p.library }} from {library.source}")
+{%- endif %}
     return [
         extension(
             name="{{ p.package }}._C",
             sources=sources,
-{%- if p.impl == "mpi" %}
+{%- if p.impl == "mpi" and p.library %}
+            include_dirs=[str(ROOT / "csrc"), *mpi.include_dirs, *library.include_dirs],
+            library_dirs=[*mpi.library_dirs, *library.library_dirs],
+            libraries=[*mpi.libraries, *library.libraries],
+            extra_link_args=[*mpi.link_args, *library.link_args],
+{%- elif p.impl == "mpi" %}
             include_dirs=[str(ROOT / "csrc"), *mpi.include_dirs],
             library_dirs=mpi.library_dirs,
             libraries=mpi.libraries,
             extra_link_args=mpi.link_args,
+{%- elif p.library %}
+            include_dirs=[str(ROOT / "csrc"), *library.include_dirs],
+            library_dirs=library.library_dirs,
+            libraries=library.libraries,
+            extra_link_args=library.link_args,
 {%- else %}
             include_dirs=[str(ROOT / "csrc")],
 {%- endif %}
@@ -155,7 +257,7 @@ def get_extensions():
             define_macros=[("WITH_CUDA", None)] if with_cuda else [],
 {%- endif %}
             # No debug info (-g0): it triples the compile time of torch's headers.
-            extra_compile_args={"cxx": ["-O2", "-g0"{{ ", *mpi.compile_args" if p.impl == "mpi" }}], "nvcc": ["-O2"]},
+            extra_compile_args={"cxx": ["-O2", "-g0", "-fvisibility=hidden"{{ ", *mpi.compile_args" if p.impl == "mpi" }}], "nvcc": ["-O2"]},
         )
     ]
 

@@ -26,7 +26,7 @@
 #endif
 #endif
 
-#include "ops.hpp"
+#include "context.hpp"
 
 namespace {{ p.package }} {
 
@@ -696,7 +696,8 @@ MpiComm::MpiComm(
     const std::string& backend,
     const std::vector<int64_t>& globalRanks,
     int rank,
-    bool isWorld) {
+    bool isWorld,
+    MPI_Comm parent) {
   ensureInitialized();
   MpiUse use;
   int worldRank = 0;
@@ -726,7 +727,7 @@ MpiComm::MpiComm(
   CHECK_MPI(MPI_Comm_group(MPI_COMM_WORLD, &world));
   CHECK_MPI(MPI_Group_incl(world, size, ranks.data(), &group));
   constexpr int kCreateTag = 0x4e42;
-  const int code = MPI_Comm_create_group(MPI_COMM_WORLD, group, kCreateTag, &comm_);
+  const int code = MPI_Comm_create_group(parent, group, kCreateTag, &comm_);
   MPI_Group_free(&group);
   MPI_Group_free(&world);
   checkMpi(code, "MPI_Comm_create_group");
@@ -761,9 +762,10 @@ MpiComm::~MpiComm() {
 // ---------------------------------------------------------------------------
 // MpiOp
 
-MpiOp::MpiOp(const OpContext& ctx)
+MpiOp::MpiOp(const OpContext& ctx, std::shared_ptr<MpiComm> comm)
     : ctx_(ctx), use_(std::make_unique<MpiUse>()), state_(std::make_shared<State>()) {
-  state_->comm = ctx.group.comm;
+  TORCH_CHECK(comm, "the process group's MPI communicator was freed");
+  state_->comm = std::move(comm);
 }
 
 MPI_Comm MpiOp::comm() const {

@@ -23,8 +23,9 @@
 // next ops start meanwhile.
 {%- endif %}
 #include "ops.hpp"
-{%- if p.impl == "mpi" %}
 
+#include <iostream>
+{%- if p.impl == "mpi" %}
 #include <algorithm>
 #include <climits>
 #include <functional>
@@ -71,7 +72,7 @@ bool supportsReduction(Reduction op, c10::ScalarType dtype) {
 namespace {
 
 inline StoreExchange& exchange(const OpContext& ctx) {
-  return *ctx.group.exchange;
+  return *ctx.comm.exchange;
 }
 
 // Reduces one tensor per rank, in rank order, so every rank that reduces the
@@ -259,6 +260,72 @@ inline const void* inPlaceIfAliased(const Buffer& send, const Buffer& recv, int 
 {%- endif %}
 
 namespace ops {
+
+// The lifecycle of a group (see ops.hpp).
+
+std::shared_ptr<Communicator> init(const GroupInfo& group) {
+  if (group.options.verbose) {
+    std::cerr << group.backend << ": rank " << group.rank << " of " << group.size << " creates group "
+              << group.name << "\n";
+  }
+  auto comm = std::make_shared<Communicator>();
+  comm->options = group.options;
+{%- if p.impl == "dummy" %}
+  // Your library's communicator is created here: rank 0 makes a unique id,
+  // group.store.set("id", ...) publishes it, the others group.store.get("id").
+{%- elif p.impl == "store" %}
+  comm->exchange = std::make_shared<StoreExchange>(group.store);
+{%- elif p.impl == "mpi" %}
+  // Collective over the group's processes: a communicator of MPI_COMM_WORLD.
+  comm->mpi = std::make_shared<MpiComm>(group.backend, group.globalRanks, group.rank, group.world);
+{%- endif %}
+  return comm;
+}
+
+std::shared_ptr<Communicator> split(Communicator& parent, const GroupInfo& child) {
+{%- if p.impl == "mpi" %}
+  if (!parent.mpi) {
+    return nullptr;  // finalized
+  }
+  if (child.options.verbose) {
+    std::cerr << child.backend << ": rank " << child.rank << " of " << child.size << " splits group "
+              << child.name << "\n";
+  }
+  auto comm = std::make_shared<Communicator>();
+  comm->options = child.options;
+  // Collective over the child's processes only: a communicator of the parent's.
+  comm->mpi = std::make_shared<MpiComm>(
+      child.backend, child.globalRanks, child.rank, false, parent.mpi->get());
+  return comm;
+{%- else %}
+  (void)parent;
+  (void)child;
+  return nullptr;  // {{ "each group's exchange is its own store: init() makes it" if p.impl == "store" else "init() makes the child's communicator" }}
+{%- endif %}
+}
+
+void finalize(Communicator& comm) {
+{%- if p.impl == "dummy" %}
+  (void)comm;  // your library's communicator is destroyed here
+{%- elif p.impl == "store" %}
+  comm.exchange->close();  // deletes what failed collectives left in the store
+{%- elif p.impl == "mpi" %}
+  comm.mpi.reset();  // MPI_Comm_free, once ops in flight (which share it) let go
+{%- endif %}
+}
+
+void abort(Communicator& comm) {
+{%- if p.impl == "dummy" %}
+  (void)comm;  // your library's abort goes here: it makes stuck calls return
+{%- elif p.impl == "store" %}
+  comm.exchange->abort();  // wakes the threads blocked on the store
+{%- elif p.impl == "mpi" %}
+  // MPI cannot cancel a collective. Ops in flight give up when they see the
+  // group aborted, the plumbing refuses every later op, and the communicator
+  // is freed only once the ops that share it let go.
+  (void)comm;
+{%- endif %}
+}
 {% for op in p.ops %}
 // {{ op.summary }}
 {{ op.returns }} {{ op.name }}(const OpContext& ctx{{ ", " ~ op.body if op.body }}) {

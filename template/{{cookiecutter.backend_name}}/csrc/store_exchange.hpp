@@ -10,7 +10,8 @@
 // ops never see each other's data, and every key is deleted as soon as all its
 // readers have read it, so the store does not grow.
 //
-// Like ops.hpp this header includes only <ATen/core/Tensor.h>.
+// Like ops.hpp this header includes only <ATen/core/Tensor.h>; it uses
+// OpContext from context.hpp.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -30,10 +31,12 @@ class Store;
 namespace {{ p.package }} {
 
 struct OpContext;
+class Bootstrap;
 
 class StoreExchange {
  public:
-  explicit StoreExchange(c10::intrusive_ptr<c10d::Store> store);
+  // Over the group's store, as ops::init receives it.
+  explicit StoreExchange(Bootstrap& store);
   ~StoreExchange();
   StoreExchange(const StoreExchange&) = delete;
   StoreExchange& operator=(const StoreExchange&) = delete;
@@ -77,9 +80,12 @@ class StoreExchange {
   // Receives from whichever rank sent first; returns that rank.
   int recvAnysource(const OpContext& ctx, at::Tensor& tensor, int tag);
 
-  // Wakes the threads blocked in a wait, so that their ops fail at once.
-  // Called when the group is destroyed.
+  // Wakes the threads blocked in a wait, so that their ops fail at once
+  // (ops::abort). What this rank put stays: a peer that is still within its
+  // own deadline reads it, and names the rank that really is missing.
   void abort();
+  // Deletes what this rank put for collectives that failed (ops::finalize).
+  void close();
 
  private:
   // Starts one exchange of the current collective: numbers it.

@@ -367,6 +367,40 @@ def destroy_pending(ctx: Ctx) -> None:
     assert time.monotonic() - start < 20, "destroy_process_group() took too long"
 
 
+def group_options(ctx: Ctx) -> None:
+    """pg_options and the {{ p.macro }}_* variables reach the group; a keyword beats the variable.
+
+    On 3 or more ranks the group given pg_options is [0, 2]: with mpi, ops::split
+    derives it from the default group's communicator.
+    """
+    variable = "{{ p.macro }}_VERBOSE"
+    assert variable not in os.environ, f"the test needs {variable} unset"
+    assert {{ p.package }}.group_options().verbose is False  # the default in ops.hpp
+    assert repr({{ p.package }}.Options(verbose=True)) == "Options(verbose=True)"
+    os.environ[variable] = "1"
+    try:
+        assert {{ p.package }}.Options().verbose is True
+        from_environment = dist.new_group(ctx.ranks)
+        members = [0, 2] if ctx.world >= 3 else ctx.ranks
+        given = dist.new_group(members, pg_options={{ p.package }}.Options(verbose=False))
+        os.environ[variable] = "maybe"
+        try:
+            dist.new_group(ctx.ranks)
+            raise AssertionError(f"{variable}=maybe was accepted")
+        except RuntimeError as e:
+            assert variable in str(e) and "boolean" in str(e), str(e)
+    finally:
+        del os.environ[variable]
+    assert {{ p.package }}.group_options(from_environment).verbose is True
+    if ctx.rank in members:
+        assert {{ p.package }}.group_options(given).verbose is False
+{%- if p.has("allreduce") %}
+        t = ctx.data(ctx.rank)
+        dist.all_reduce(t, group=given)
+        ctx.check(t, sum(ctx.data(r) for r in members))
+{%- endif %}
+
+
 def bad_calls(ctx: Ctx) -> None:
     """Bad arguments fail at once, on the caller's thread, naming the backend, op and reason."""
     import pytest

@@ -138,7 +138,7 @@ def get_extensions():
             define_macros=[("OMPI_SKIP_MPICXX", "1"), ("MPICH_SKIP_MPICXX", "1")]
             + ([("WITH_CUDA", None)] if with_cuda else []),
             # No debug info (-g0): it triples the compile time of torch's headers.
-            extra_compile_args={"cxx": ["-O2", "-g0", *mpi.compile_args], "nvcc": ["-O2"]},
+            extra_compile_args={"cxx": ["-O2", "-g0", "-fvisibility=hidden", *mpi.compile_args], "nvcc": ["-O2"]},
         )
     ]
 

@@ -11,7 +11,7 @@
 #include <sstream>
 #include <thread>
 
-#include "ops.hpp"
+#include "context.hpp"
 
 namespace store_all_collectives {
 namespace {
@@ -190,7 +190,7 @@ at::Tensor decode(Blob blob, const at::Tensor& like, int64_t numel, int fromRank
 
 } // namespace
 
-StoreExchange::StoreExchange(c10::intrusive_ptr<c10d::Store> store) : store_(std::move(store)) {}
+StoreExchange::StoreExchange(Bootstrap& store) : store_(store.c10dStore()) {}
 
 StoreExchange::~StoreExchange() = default;
 
@@ -310,10 +310,14 @@ void StoreExchange::deleteLeftovers(c10d::Store& store) {
   leftovers_.clear();
 }
 
+void StoreExchange::close() {
+  std::lock_guard<std::mutex> lock(waitMutex_);
+  deleteLeftovers(*store_);
+}
+
 void StoreExchange::abort() {
   std::lock_guard<std::mutex> lock(waitMutex_);
   aborted_ = true;
-  deleteLeftovers(*store_);
   Blob marker(sizeof(Header));
   const Header header{kAbortMagic, rank_, 0};
   std::memcpy(marker.data(), &header, sizeof(Header));

@@ -47,6 +47,14 @@ def test_destroy_from_a_future_callback(monkeypatch):
         cluster.close()
 
 
+def test_options_reach_the_group_from_pg_options_and_the_environment():
+    cluster = Cluster(3)
+    try:
+        cluster.run("group_options")
+    finally:
+        cluster.kill()  # the group whose creation failed is half made
+
+
 def test_abort_and_shutdown_at_once_return_promptly():
     cluster = Cluster(2)
     try:
