@@ -183,11 +183,12 @@ class {{ p.work_class }} : public c10d::Work {
   void finish(std::exception_ptr error);
   // "Backend NAME (rank R): OP #SEQ", the start of every message about the op.
   std::string describe() const;
+  // Every op but send and receive.
+  bool isCollective() const;
 
  private:
   friend class {{ p.backend_class }};
 
-  bool isCollective() const;
   // Why the op must not start (null when it may): the group was destroyed or
   // can no longer be used, or the op's deadline passed while it was queued.
   std::exception_ptr refusal() const;

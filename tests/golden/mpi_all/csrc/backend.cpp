@@ -591,7 +591,13 @@ struct WorkQueue::State {
   void loop();
   void spinForWork();
   void adaptSpin(Clock::duration gap);
-  // Polls the ops in flight until none is left or another op is queued.
+  // Whether the next queued op may start: not while a collective is in flight,
+  // since a later op may use its tensors (a group's collectives run one at a
+  // time, in order, as with gloo and ProcessGroupMPI). Sends and receives in
+  // flight do not hold anything up.
+  bool mayStartNext() const;
+  // Polls the ops in flight until none is left, or another op is queued and
+  // may start.
   void progress();
   // Sleeps up to `pause`, or until push() or stop() wakes the worker.
   void pause(Clock::duration pause);
@@ -710,7 +716,7 @@ void WorkQueue::State::adaptSpin(Clock::duration gap) {
 void WorkQueue::State::loop() {
   for (;;) {
     pollInFlight();
-    if (queued.load(std::memory_order_acquire) == 0) {
+    if (queued.load(std::memory_order_acquire) == 0 || !mayStartNext()) {
       if (inFlight.empty()) {
         spinForWork();
       } else {
@@ -761,7 +767,10 @@ void WorkQueue::State::progress() {
   const auto spinUntil = start + std::clamp<Clock::duration>(2 * lately, kMinPollSpin, kMaxPollSpin);
   Clock::duration nextPause = kFirstPollPause;
   bool spinning = true;
-  for (int polls = 0; !inFlight.empty() && queued.load(std::memory_order_acquire) == 0; ++polls) {
+  const auto waiting = [this] {
+    return !inFlight.empty() && (queued.load(std::memory_order_acquire) == 0 || !mayStartNext());
+  };
+  for (int polls = 0; waiting(); ++polls) {
     if (spinning && (polls & 7) == 0) {
       spinning = Clock::now() < spinUntil;
     }
@@ -780,10 +789,14 @@ void WorkQueue::State::progress() {
   }
 }
 
+bool WorkQueue::State::mayStartNext() const {
+  return std::none_of(inFlight.begin(), inFlight.end(), [](const auto& work) { return work->isCollective(); });
+}
+
 void WorkQueue::State::pause(Clock::duration pause) {
   std::unique_lock<std::mutex> lock(mutex);
   pausing = true;
-  wake.wait_for(lock, pause, [this] { return !queue.empty() || stopping; });
+  wake.wait_for(lock, pause, [this] { return (!queue.empty() && mayStartNext()) || stopping; });
   pausing = false;
 }
 

@@ -51,6 +51,10 @@ def test_ops_from_several_python_threads(cluster):
     cluster.run("concurrent")
 
 
+def test_async_ops_on_one_tensor_run_in_order(cluster):
+    cluster.run("async_in_place_in_order")
+
+
 def test_unsupported_op_raises_a_clear_error(cluster):
     cluster.run("unsupported")
 

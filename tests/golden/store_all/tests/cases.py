@@ -520,6 +520,21 @@ def concurrent(ctx: Ctx, threads: int = 4, repeat: int = 5) -> None:
     assert not errors, errors[0]
 
 
+def async_in_place_in_order(ctx: Ctx, calls: int = 12) -> None:
+    """Async all_reduces on one tensor, in place, waited for at the end: they run in order.
+
+    Each one sums what the previous one left, as with gloo: 2 ranks end at 2^12.
+    """
+    if "allreduce" not in ctx.ops or not ctx.real:
+        raise Skip("needs a real allreduce")
+    t = torch.ones(1024, dtype=torch.float64, device=ctx.device)  # world^12 stays exact
+    works = [dist.all_reduce(t, group=ctx.group, async_op=True) for _ in range(calls)]
+    for work in works:
+        work.wait()
+    expected = float(ctx.world**calls)
+    assert t.eq(expected).all(), f"{t[:4].tolist()} instead of {expected}"
+
+
 def destroy_pending(ctx: Ctx) -> None:
     """destroy_process_group() with work pending: the work completes or fails clearly, fast."""
     # With a real backend only rank 0 calls the op, so it cannot complete.
