@@ -7,11 +7,12 @@ tests with the sanitizer runtimes preloaded into Python and so into every rank
 the harness spawns. No report may touch the project's own code: a report
 naming a ``csrc/`` file or the project's extension fails the test.
 
-ThreadSanitizer cannot run the Python tests: the extension would have to be
-built with ``-fsanitize=thread`` and libtsan preloaded into an uninstrumented
-Python and torch, whose synchronisation it cannot see (see ``TSAN_SUPPRESSIONS``).
-So ``sanitizers/tsan_runtime.cpp`` drives the runtime (queue, Work, teardown)
-from C++ threads instead: several ranks in one process over a HashStore.
+ThreadSanitizer: ``sanitizers/tsan_runtime.cpp`` drives the runtime (queue,
+Work, teardown) from C++ threads, the ranks of a group being backends in one
+process over a HashStore, mirroring the generated concurrency tests. It is
+compiled with the project's ``csrc/`` and ``-fsanitize=thread`` and linked with
+the uninstrumented libtorch; ``sanitizers/tsan.supp`` suppresses, with reasons,
+only what TSan cannot see inside torch.
 
 Needs gcc's sanitizer runtimes (libasan, libubsan, libtsan: Debian's gcc has
 them). Marked ``build``: about 4 minutes on two cores.
@@ -29,6 +30,7 @@ from pathlib import Path
 import pytest
 from new_backend import generate_project
 from test_build import Built, build
+from torch.utils import cpp_extension
 
 pytestmark = [pytest.mark.build, pytest.mark.timeout(1800)]
 
@@ -38,14 +40,22 @@ PACKAGE = f"{NAME}_collectives"
 
 SANITIZE = "-fsanitize=address,undefined -fno-omit-frame-pointer"
 
-#: The generated tests run under ASan and UBSan: every test of test_failures.py
-#: and test_runtime.py, but torchrun (a launcher, no runtime code of its own
-#: beyond what the rendezvous tests cover) and the env/file rendezvous (tcp and
-#: store= cover the runtime's side of rendezvous).
-DESELECT = [
-    "tests/test_runtime.py::test_under_torchrun",
-    "tests/test_runtime.py::test_rendezvous_methods[env]",
-    "tests/test_runtime.py::test_rendezvous_methods[file]",
+#: The generated tests run under ASan and UBSan: those of test_runtime.py and
+#: test_failures.py that take the runtime through teardown and failure (issue 9's
+#: scenarios 1, 2a and 3, a killed rank, 8 threads while some ops fail, and the
+#: store's key deletion over 10k ops). Left out, to stay within about 5 minutes
+#: of CI: rendezvous methods, fork, torchrun, the profiler, and the timeouts
+#: already covered by these (a rank that never joins, is stopped, or is late).
+SELECTED = [
+    "tests/test_runtime.py::test_destroy_from_a_future_callback",
+    "tests/test_runtime.py::test_abort_and_shutdown_at_once_return_promptly",
+    "tests/test_runtime.py::test_destroy_process_group_with_pending_work",
+    "tests/test_failures.py::test_a_rank_killed_mid_collective",
+    "tests/test_failures.py::test_eight_threads_while_some_ops_fail",
+    "tests/test_failures.py::test_ranks_that_disagree_on_sizes_get_a_clear_error_then_the_group_refuses",
+    "tests/test_failures.py::test_a_late_rank_after_a_failure_gets_errors_never_wrong_data",
+    "tests/test_failures.py::test_a_send_never_waits_behind_queued_collectives",
+    "tests/test_failures.py::test_store_does_not_grow_over_ten_thousand_ops",
 ]
 
 #: What each sanitizer option is for.
@@ -146,10 +156,8 @@ def test_reports_of_spawned_processes_are_collected(asan_built: Built, tmp_path:
 
 def test_runtime_and_failure_tests_under_asan_and_ubsan(asan_built: Built, tmp_path: Path) -> None:
     project, logs = asan_built.project, tmp_path / "logs"
-    deselect = [arg for test in DESELECT for arg in ("--deselect", test)]
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "tests/test_runtime.py", "tests/test_failures.py",
-         *deselect, "-q", "-p", "no:cacheprovider"],
+        [sys.executable, "-m", "pytest", *SELECTED, "-q", "-p", "no:cacheprovider"],
         cwd=project, env=sanitized_env(logs, asan_built.site),
         capture_output=True, text=True, timeout=1500,
     )  # fmt: skip
@@ -157,3 +165,44 @@ def test_runtime_and_failure_tests_under_asan_and_ubsan(asan_built: Built, tmp_p
     ours = [report for report in found if touches_project(report)]
     assert not ours, f"{len(ours)} sanitizer reports in the project's code:\n\n" + "\n\n".join(ours)
     assert done.returncode == 0, done.stdout + done.stderr + "\n\n".join(found)
+    assert f"{len(SELECTED)} passed" in done.stdout, done.stdout  # none renamed away
+
+
+def compile_tsan_runtime(csrc: Path, out: Path) -> Path:
+    """tsan_runtime.cpp and the project's runtime, compiled with -fsanitize=thread."""
+    flags = ["-std=c++20", "-fsanitize=thread", "-O1", "-g1", f"-I{csrc}"]
+    flags += [f"-I{path}" for path in cpp_extension.include_paths()]
+    sources = [csrc / name for name in ("backend.cpp", "ops.cpp", "store_exchange.cpp")]
+    sources.append(HERE / "sanitizers" / "tsan_runtime.cpp")
+    compilers = [
+        (source, subprocess.Popen(
+            ["c++", *flags, "-c", str(source), "-o", str(out / f"{source.stem}.o")],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        ))
+        for source in sources
+    ]  # fmt: skip
+    for source, compiler in compilers:
+        log = compiler.communicate(timeout=1200)[0]
+        assert compiler.returncode == 0, f"compiling {source.name}:\n{log}"
+    (libdir,) = cpp_extension.library_paths()
+    binary = out / "tsan_runtime"
+    objects = [str(out / f"{source.stem}.o") for source in sources]
+    torch_libraries = [f"-L{libdir}", f"-Wl,-rpath,{libdir}", "-ltorch_cpu", "-lc10", "-ltorch"]
+    link = subprocess.run(
+        ["c++", "-fsanitize=thread", *objects, "-o", str(binary), *torch_libraries],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert link.returncode == 0, link.stdout + link.stderr
+    return binary
+
+
+def test_queue_and_work_under_thread_sanitizer(rendered: Path, tmp_path: Path) -> None:
+    gcc_runtime("libtsan.so")
+    binary = compile_tsan_runtime(rendered / "csrc", tmp_path)
+    suppressions = HERE / "sanitizers" / "tsan.supp"
+    env = {**os.environ, "TSAN_OPTIONS": f"suppressions={suppressions}"}
+    done = subprocess.run([str(binary)], env=env, capture_output=True, text=True, timeout=600)
+    output = done.stdout + done.stderr
+    assert "WARNING: ThreadSanitizer" not in output, output
+    assert done.returncode == 0, output  # 66 (TSan's exit code) after a report
+    assert output.count("passed:") == 4, output
