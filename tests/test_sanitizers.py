@@ -109,7 +109,8 @@ def reports(logs: Path) -> list[str]:
         # ASan writes one report per file and stops; UBSan goes on, one
         # "runtime error" per report.
         parts = re.split(r"(?m)^(?=\S*: runtime error: |=+\d+=+ERROR: )", text)
-        found += [f"{log.name}:\n{part}" for part in parts if part.strip()]
+        reported = [part for part in parts if re.search(r"ERROR: |runtime error: ", part)]
+        found += [f"{log.name}:\n{part}" for part in reported]
     return found
 
 
@@ -184,10 +185,11 @@ def compile_tsan_runtime(csrc: Path, out: Path) -> Path:
     for source, compiler in compilers:
         log = compiler.communicate(timeout=1200)[0]
         assert compiler.returncode == 0, f"compiling {source.name}:\n{log}"
-    (libdir,) = cpp_extension.library_paths()
     binary = out / "tsan_runtime"
     objects = [str(out / f"{source.stem}.o") for source in sources]
-    torch_libraries = [f"-L{libdir}", f"-Wl,-rpath,{libdir}", "-ltorch_cpu", "-lc10", "-ltorch"]
+    libdirs = cpp_extension.library_paths()
+    torch_libraries = [f"-L{path}" for path in libdirs] + [f"-Wl,-rpath,{path}" for path in libdirs]
+    torch_libraries += ["-ltorch_cpu", "-lc10", "-ltorch"]
     link = subprocess.run(
         ["c++", "-fsanitize=thread", *objects, "-o", str(binary), *torch_libraries],
         capture_output=True, text=True, timeout=600,
