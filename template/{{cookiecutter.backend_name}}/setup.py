@@ -11,7 +11,7 @@ CppExtension. Whether this machine has a GPU does not matter.
 {%- if p.impl == "mpi" %}
 
 MPI comes from MPI_HOME (a folder with include/mpi.h and lib/libmpi.so) when
-it is set, else from an mpicc compiler wrapper: MPICC, the one `pip install
+it is set, else from I_MPI_ROOT (Intel MPI's), else from an mpicc compiler wrapper: MPICC, the one `pip install
 mpich` puts beside this Python, or the first mpicc on the PATH (MPICH, Open
 MPI, Intel MPI, MVAPICH). The extension remembers where libmpi is (rpath).
 {%- endif %}
@@ -81,7 +81,8 @@ def mpi_from_home(home: Path) -> Mpi:
     include = home / "include"
     if not (include / "mpi.h").is_file():
         sys.exit(f"error: MPI_HOME={home} has no include/mpi.h\n\n{NO_MPI}")
-    libdir = next((d for d in (home / "lib64", home / "lib") if list(d.glob("libmpi.*"))), None)
+    libdirs = (home / "lib64", home / "lib", home / "lib" / "release")  # the last: older Intel MPI
+    libdir = next((d for d in libdirs if list(d.glob("libmpi.*"))), None)
     if libdir is None:
         sys.exit(f"error: MPI_HOME={home} has no lib/libmpi.so\n\n{NO_MPI}")
     return Mpi(f"MPI_HOME={home}", [str(include)], [str(libdir)], ["mpi"], [], [f"-Wl,-rpath,{libdir}"])
@@ -123,6 +124,8 @@ def find_mpi() -> Mpi:
     """MPI_HOME, else the first mpicc that answers; exits with how to get MPI otherwise."""
     if os.environ.get("MPI_HOME"):
         return mpi_from_home(Path(os.environ["MPI_HOME"]))
+    if os.environ.get("I_MPI_ROOT") and not os.environ.get("MPICC"):  # Intel MPI's setvars.sh sets it
+        return mpi_from_home(Path(os.environ["I_MPI_ROOT"]))
     here = [Path(sys.executable).parent / "mpicc", Path(sysconfig.get_path("scripts")) / "mpicc"]
     candidates = [os.environ.get("MPICC"), *(str(p) for p in here if p.is_file()), shutil.which("mpicc")]
     for mpicc in dict.fromkeys(c for c in candidates if c):

@@ -108,7 +108,8 @@ class WorkQueue {
   WorkQueue& operator=(const WorkQueue&) = delete;
   ~WorkQueue();
 
-  // Queues `work` behind everything queued before it.
+  // Queues `work` behind everything queued before it; an op that is
+  // already in flight (started on the caller's thread) is polled until done.
   void push(const c10::intrusive_ptr<WorkDummy>& work);
 
   // Fails the work that has not started and waits up to `grace` for the
@@ -166,8 +167,14 @@ class WorkDummy : public c10d::Work {
   void setSourceRank(int rank);
 
   // Runs the body (on the thread the op belongs to) and completes the future
-  //.
+  // unless the body completes it later (see inFlight()).
   void run();
+  // Whether the body returned before the op completed (OpContext::completeLater).
+  bool inFlight() const {
+    return static_cast<bool>(later_);
+  }
+  // For an op in flight: true once it completed, or failed.
+  bool poll();
   // Completes the op with `error` (nullptr for success). Only the first call
   // counts: an op that timed out in wait() stays failed when its body returns.
   void finish(std::exception_ptr error);
@@ -191,6 +198,7 @@ class WorkDummy : public c10d::Work {
   const std::chrono::steady_clock::time_point deadline_;
   const c10::IValue outputs_;
   Body body_;
+  std::function<bool()> later_;  // set by OpContext::completeLater
   const std::shared_ptr<CudaOp> cuda_;  // null for CPU ops
   uint64_t seq_ = 0;         // the op's number in the group (set when issued)
   uint64_t collective_ = 0;  // the collective's number, the same on every rank

@@ -32,9 +32,9 @@ constexpr auto kMaxWorkerSpin = std::chrono::microseconds(100);
 constexpr auto kReportGrace = std::chrono::milliseconds(500);
 // How long destroying the group waits for an op body to notice and return.
 constexpr auto kStopGrace = std::chrono::milliseconds(5000);
-{%- if p.impl == "mpi" %}
-// MPI moves messages only while it is called, so the worker polls the ops in
-// flight without pause for as long as they are likely to take: twice what
+// An op a body completes later (OpContext::completeLater: MPI's requests, the
+// store's receive from any source) moves on only while it is polled, so the
+// worker polls the ops in flight without pause for as long as they are likely to take: twice what
 // the ops in flight took lately, within these bounds. After that it sleeps
 // between polls, from kFirstPollPause doubling up to kMaxPollPause, until an
 // op completes or another is queued (push() wakes it).
@@ -42,7 +42,6 @@ constexpr auto kMinPollSpin = std::chrono::microseconds(200);
 constexpr auto kMaxPollSpin = std::chrono::milliseconds(100);
 constexpr auto kFirstPollPause = std::chrono::microseconds(50);
 constexpr auto kMaxPollPause = std::chrono::microseconds(1000);
-{%- endif %}
 
 inline void cpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -439,12 +438,9 @@ std::exception_ptr Health::refuse(const std::string& who) const {
       "; destroy it and create a new one");
 }
 
-{%- if p.impl == "mpi" %}
-
 void OpContext::failGroup(const std::string& why) const {
   health.fail(why);
 }
-{%- endif %}
 
 // ---------------------------------------------------------------------------
 // Library
@@ -599,7 +595,6 @@ struct WorkQueue::State {
   void loop();
   void spinForWork();
   void adaptSpin(Clock::duration gap);
-{%- if p.impl == "mpi" %}
   // Whether the next queued op may start: not while a collective is in flight,
   // since a later op may use its tensors (a group's collectives run one at a
   // time, in order, as with gloo and ProcessGroupMPI). Sends and receives in
@@ -612,7 +607,6 @@ struct WorkQueue::State {
   void pause(Clock::duration pause);
   // Polls each op in flight once; forgets those that completed.
   void pollInFlight();
-{%- endif %}
 
   std::mutex mutex;
   std::condition_variable wake;    // for the worker: work was queued, or stop
@@ -625,13 +619,11 @@ struct WorkQueue::State {
   Clock::time_point sleptAt;
   std::atomic<int64_t> spinNs{50'000};  // how long the worker spins for work
   std::thread thread;
-{%- if p.impl == "mpi" %}
   // Ops whose bodies returned before they completed (OpContext::completeLater);
   // only the worker thread touches it.
   std::vector<c10::intrusive_ptr<{{ p.work_class }}>> inFlight;
   bool pausing = false;  // in pause(): push() wakes the worker
   Clock::duration lately = kMinPollSpin;  // how long ops in flight took lately (worker only)
-{%- endif %}
 };
 
 WorkQueue::WorkQueue() : state_(std::make_shared<State>()) {}
@@ -652,7 +644,7 @@ void WorkQueue::push(const c10::intrusive_ptr<{{ p.work_class }}>& work) {
       }
       s.queue.push_back(work);
       s.queued.fetch_add(1, std::memory_order_release);
-      const bool wake = s.sleeping{{ " || s.pausing" if p.impl == "mpi" }};
+      const bool wake = s.sleeping || s.pausing;
       if (s.sleeping) {
         s.adaptSpin(Clock::now() - s.sleptAt);
       }
@@ -727,7 +719,6 @@ void WorkQueue::State::adaptSpin(Clock::duration gap) {
 
 void WorkQueue::State::loop() {
   for (;;) {
-{%- if p.impl == "mpi" %}
     pollInFlight();
     if (queued.load(std::memory_order_acquire) == 0 || !mayStartNext()) {
       if (inFlight.empty()) {
@@ -736,26 +727,19 @@ void WorkQueue::State::loop() {
         progress();
       }
     }
-{%- else %}
-    if (queued.load(std::memory_order_acquire) == 0) {
-      spinForWork();
-    }
-{%- endif %}
     c10::intrusive_ptr<{{ p.work_class }}> work;
     {
       std::unique_lock<std::mutex> lock(mutex);
-      while (queue.empty() && !stopping{{ " && inFlight.empty()" if p.impl == "mpi" }}) {
+      while (queue.empty() && !stopping && inFlight.empty()) {
         sleeping = true;
         sleptAt = Clock::now();
         wake.wait(lock);
         sleeping = false;
       }
       if (queue.empty()) {
-{%- if p.impl == "mpi" %}
         if (!inFlight.empty()) {
           continue;  // ops in flight fail at once when the group was destroyed
         }
-{%- endif %}
         running = false;
         exited.notify_all();
         return;  // stopping, and stop() failed whatever was queued
@@ -764,19 +748,14 @@ void WorkQueue::State::loop() {
       queue.pop_front();
       queued.fetch_sub(1, std::memory_order_release);
     }
-{%- if p.impl == "mpi" %}
     if (!work->inFlight()) {  // an op started on the caller's thread is in flight already
       work->run();
     }
     if (work->inFlight()) {
       inFlight.push_back(std::move(work));
     }
-{%- else %}
-    work->run();
-{%- endif %}
   }
 }
-{%- if p.impl == "mpi" %}
 
 void WorkQueue::State::pollInFlight() {
   inFlight.erase(
@@ -824,7 +803,6 @@ void WorkQueue::State::pause(Clock::duration pause) {
   wake.wait_for(lock, pause, [this] { return (!queue.empty() && mayStartNext()) || stopping; });
   pausing = false;
 }
-{%- endif %}
 
 // ---------------------------------------------------------------------------
 // {{ p.work_class }}
@@ -903,30 +881,25 @@ void {{ p.work_class }}::run() {
 #endif
       const OpContext ctx{
           *group_, library_->comm(), op_, seq_, collective_, deadline_, timeout_,
-          cancelled_{{ ", &later_, &sourceRank_, *health_" if p.impl == "mpi" }}};
+          cancelled_, &later_, &sourceRank_, *health_};
       const Running running(library_->running);
       body_(ctx, *this);
 #ifdef WITH_CUDA
-      if (cuda_{{ " && !later_" if p.impl == "mpi" }}) {
+      if (cuda_ && !later_) {
         cuda_->done.record(cuda_->stream);
       }
 #endif
     } catch (...) {
       error = backendError(describe() + " failed: " + errorMessage(std::current_exception()));
-{%- if p.impl == "mpi" %}
       later_ = nullptr;
-{%- endif %}
     }
   }
   body_ = nullptr;  // Drop the tensors the body captured.
-{%- if p.impl == "mpi" %}
   if (later_) {
     return;  // the WorkQueue polls it until it completes
   }
-{%- endif %}
   finish(error);    // For a CUDA op, on its stream: the future records it.
 }
-{%- if p.impl == "mpi" %}
 
 bool {{ p.work_class }}::poll() {
 #ifdef WITH_CUDA
@@ -952,7 +925,6 @@ bool {{ p.work_class }}::poll() {
   finish(error);
   return true;
 }
-{%- endif %}
 
 void {{ p.work_class }}::finish(std::exception_ptr error) {
   if (finishing_.exchange(true)) {
@@ -1262,11 +1234,9 @@ c10::intrusive_ptr<c10d::Work> {{ p.backend_class }}::enqueue(
     }
   }
   work->run();  // on the caller's thread
-{%- if p.impl == "mpi" %}
   if (work->inFlight()) {
     queue_.push(work);  // the worker completes it
   }
-{%- endif %}
   return work;
 }
 

@@ -109,8 +109,8 @@ class WorkQueue {
   WorkQueue& operator=(const WorkQueue&) = delete;
   ~WorkQueue();
 
-  // Queues `work` behind everything queued before it{{ "; an op that is
-  // already in flight (started on the caller's thread) is polled until done" if p.impl == "mpi" }}.
+  // Queues `work` behind everything queued before it; an op that is
+  // already in flight (started on the caller's thread) is polled until done.
   void push(const c10::intrusive_ptr<{{ p.work_class }}>& work);
 
   // Fails the work that has not started and waits up to `grace` for the
@@ -168,16 +168,14 @@ class {{ p.work_class }} : public c10d::Work {
   void setSourceRank(int rank);
 
   // Runs the body (on the thread the op belongs to) and completes the future
-  // {{- " unless the body completes it later (see inFlight())" if p.impl == "mpi" }}.
+  // unless the body completes it later (see inFlight()).
   void run();
-{%- if p.impl == "mpi" %}
   // Whether the body returned before the op completed (OpContext::completeLater).
   bool inFlight() const {
     return static_cast<bool>(later_);
   }
   // For an op in flight: true once it completed, or failed.
   bool poll();
-{%- endif %}
   // Completes the op with `error` (nullptr for success). Only the first call
   // counts: an op that timed out in wait() stays failed when its body returns.
   void finish(std::exception_ptr error);
@@ -201,9 +199,7 @@ class {{ p.work_class }} : public c10d::Work {
   const std::chrono::steady_clock::time_point deadline_;
   const c10::IValue outputs_;
   Body body_;
-{%- if p.impl == "mpi" %}
   std::function<bool()> later_;  // set by OpContext::completeLater
-{%- endif %}
   const std::shared_ptr<CudaOp> cuda_;  // null for CPU ops
   uint64_t seq_ = 0;         // the op's number in the group (set when issued)
   uint64_t collective_ = 0;  // the collective's number, the same on every rank

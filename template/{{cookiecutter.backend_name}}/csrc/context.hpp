@@ -12,9 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-{%- if p.impl == "mpi" %}
 #include <functional>
-{%- endif %}
 #include <string>
 #include <vector>
 
@@ -28,9 +26,7 @@ namespace {{ p.package }} {
 // for one group (its communicator).
 struct Options;
 struct Communicator;
-{%- if p.impl == "mpi" %}
 class Health;
-{%- endif %}
 
 // The reduction of a reducing collective: c10d::ReduceOp without its headers.
 enum class Reduction { kSum, kAvg, kProduct, kMin, kMax, kBand, kBor, kBxor };
@@ -70,12 +66,12 @@ struct OpContext {
         group.aborted.load(std::memory_order_relaxed) ||
         std::chrono::steady_clock::now() > deadline;
   }
-{%- if p.impl == "mpi" %}
 
   // For a body that returns before its communication is done: the op
   // completes when `done` returns true (or fails when it throws). The worker
-  // thread calls `done` between the group's later ops, so they overlap; `done`
-  // must give up itself when expired().
+  // thread calls `done` until then; sends and receives queued after it go
+  // ahead meanwhile, a later collective waits for it. `done` must give up
+  // itself when expired().
   void completeLater(std::function<bool()> done) const {
     *later = std::move(done);
   }
@@ -90,7 +86,6 @@ struct OpContext {
   // the plumbing does it itself for every collective that fails.
   void failGroup(const std::string& why) const;
   Health& health;
-{%- endif %}
 };
 
 // The group's c10d Store, for bootstrapping a library: exchanging a unique

@@ -77,7 +77,8 @@ class StoreExchange {
   // store connection of their own.
   void send(const OpContext& ctx, const at::Tensor& tensor, int dst, int tag);
   void recv(const OpContext& ctx, at::Tensor& tensor, int src, int tag);
-  // Receives from whichever rank sent first; returns that rank.
+  // Receives from whichever rank sent first. Completes later (see
+  // OpContext::completeLater), with that rank in *ctx.source; returns -1.
   int recvAnysource(const OpContext& ctx, at::Tensor& tensor, int tag);
 
   // Wakes the threads blocked in a wait, so that their ops fail at once

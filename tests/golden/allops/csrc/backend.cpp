@@ -31,6 +31,16 @@ constexpr auto kMaxWorkerSpin = std::chrono::microseconds(100);
 constexpr auto kReportGrace = std::chrono::milliseconds(500);
 // How long destroying the group waits for an op body to notice and return.
 constexpr auto kStopGrace = std::chrono::milliseconds(5000);
+// An op a body completes later (OpContext::completeLater: MPI's requests, the
+// store's receive from any source) moves on only while it is polled, so the
+// worker polls the ops in flight without pause for as long as they are likely to take: twice what
+// the ops in flight took lately, within these bounds. After that it sleeps
+// between polls, from kFirstPollPause doubling up to kMaxPollPause, until an
+// op completes or another is queued (push() wakes it).
+constexpr auto kMinPollSpin = std::chrono::microseconds(200);
+constexpr auto kMaxPollSpin = std::chrono::milliseconds(100);
+constexpr auto kFirstPollPause = std::chrono::microseconds(50);
+constexpr auto kMaxPollPause = std::chrono::microseconds(1000);
 
 inline void cpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -425,6 +435,10 @@ std::exception_ptr Health::refuse(const std::string& who) const {
       "; destroy it and create a new one");
 }
 
+void OpContext::failGroup(const std::string& why) const {
+  health.fail(why);
+}
+
 // ---------------------------------------------------------------------------
 // Library
 
@@ -578,6 +592,18 @@ struct WorkQueue::State {
   void loop();
   void spinForWork();
   void adaptSpin(Clock::duration gap);
+  // Whether the next queued op may start: not while a collective is in flight,
+  // since a later op may use its tensors (a group's collectives run one at a
+  // time, in order, as with gloo and ProcessGroupMPI). Sends and receives in
+  // flight do not hold anything up.
+  bool mayStartNext() const;
+  // Polls the ops in flight until none is left, or another op is queued and
+  // may start.
+  void progress();
+  // Sleeps up to `pause`, or until push() or stop() wakes the worker.
+  void pause(Clock::duration pause);
+  // Polls each op in flight once; forgets those that completed.
+  void pollInFlight();
 
   std::mutex mutex;
   std::condition_variable wake;    // for the worker: work was queued, or stop
@@ -590,6 +616,11 @@ struct WorkQueue::State {
   Clock::time_point sleptAt;
   std::atomic<int64_t> spinNs{50'000};  // how long the worker spins for work
   std::thread thread;
+  // Ops whose bodies returned before they completed (OpContext::completeLater);
+  // only the worker thread touches it.
+  std::vector<c10::intrusive_ptr<WorkAllops>> inFlight;
+  bool pausing = false;  // in pause(): push() wakes the worker
+  Clock::duration lately = kMinPollSpin;  // how long ops in flight took lately (worker only)
 };
 
 WorkQueue::WorkQueue() : state_(std::make_shared<State>()) {}
@@ -610,7 +641,7 @@ void WorkQueue::push(const c10::intrusive_ptr<WorkAllops>& work) {
       }
       s.queue.push_back(work);
       s.queued.fetch_add(1, std::memory_order_release);
-      const bool wake = s.sleeping;
+      const bool wake = s.sleeping || s.pausing;
       if (s.sleeping) {
         s.adaptSpin(Clock::now() - s.sleptAt);
       }
@@ -685,19 +716,27 @@ void WorkQueue::State::adaptSpin(Clock::duration gap) {
 
 void WorkQueue::State::loop() {
   for (;;) {
-    if (queued.load(std::memory_order_acquire) == 0) {
-      spinForWork();
+    pollInFlight();
+    if (queued.load(std::memory_order_acquire) == 0 || !mayStartNext()) {
+      if (inFlight.empty()) {
+        spinForWork();
+      } else {
+        progress();
+      }
     }
     c10::intrusive_ptr<WorkAllops> work;
     {
       std::unique_lock<std::mutex> lock(mutex);
-      while (queue.empty() && !stopping) {
+      while (queue.empty() && !stopping && inFlight.empty()) {
         sleeping = true;
         sleptAt = Clock::now();
         wake.wait(lock);
         sleeping = false;
       }
       if (queue.empty()) {
+        if (!inFlight.empty()) {
+          continue;  // ops in flight fail at once when the group was destroyed
+        }
         running = false;
         exited.notify_all();
         return;  // stopping, and stop() failed whatever was queued
@@ -706,8 +745,60 @@ void WorkQueue::State::loop() {
       queue.pop_front();
       queued.fetch_sub(1, std::memory_order_release);
     }
-    work->run();
+    if (!work->inFlight()) {  // an op started on the caller's thread is in flight already
+      work->run();
+    }
+    if (work->inFlight()) {
+      inFlight.push_back(std::move(work));
+    }
   }
+}
+
+void WorkQueue::State::pollInFlight() {
+  inFlight.erase(
+      std::remove_if(
+          inFlight.begin(),
+          inFlight.end(),
+          [](const c10::intrusive_ptr<WorkAllops>& work) { return work->poll(); }),
+      inFlight.end());
+}
+
+void WorkQueue::State::progress() {
+  const auto start = Clock::now();
+  const auto spinUntil = start + std::clamp<Clock::duration>(2 * lately, kMinPollSpin, kMaxPollSpin);
+  Clock::duration nextPause = kFirstPollPause;
+  bool spinning = true;
+  const auto waiting = [this] {
+    return !inFlight.empty() && (queued.load(std::memory_order_acquire) == 0 || !mayStartNext());
+  };
+  for (int polls = 0; waiting(); ++polls) {
+    if (spinning && (polls & 7) == 0) {
+      spinning = Clock::now() < spinUntil;
+    }
+    if (polls < 16) {
+      cpuRelax();
+    } else if (spinning) {
+      std::this_thread::yield();  // lets a thread of this core's other ranks run
+    } else {
+      pause(nextPause);
+      nextPause = std::min<Clock::duration>(2 * nextPause, kMaxPollPause);
+    }
+    pollInFlight();
+  }
+  if (inFlight.empty()) {  // not interrupted by a new op: how long these took
+    lately = (lately + (Clock::now() - start)) / 2;
+  }
+}
+
+bool WorkQueue::State::mayStartNext() const {
+  return std::none_of(inFlight.begin(), inFlight.end(), [](const auto& work) { return work->isCollective(); });
+}
+
+void WorkQueue::State::pause(Clock::duration pause) {
+  std::unique_lock<std::mutex> lock(mutex);
+  pausing = true;
+  wake.wait_for(lock, pause, [this] { return (!queue.empty() && mayStartNext()) || stopping; });
+  pausing = false;
 }
 
 // ---------------------------------------------------------------------------
@@ -787,20 +878,49 @@ void WorkAllops::run() {
 #endif
       const OpContext ctx{
           *group_, library_->comm(), op_, seq_, collective_, deadline_, timeout_,
-          cancelled_};
+          cancelled_, &later_, &sourceRank_, *health_};
       const Running running(library_->running);
       body_(ctx, *this);
 #ifdef WITH_CUDA
-      if (cuda_) {
+      if (cuda_ && !later_) {
         cuda_->done.record(cuda_->stream);
       }
 #endif
     } catch (...) {
       error = backendError(describe() + " failed: " + errorMessage(std::current_exception()));
+      later_ = nullptr;
     }
   }
   body_ = nullptr;  // Drop the tensors the body captured.
+  if (later_) {
+    return;  // the WorkQueue polls it until it completes
+  }
   finish(error);    // For a CUDA op, on its stream: the future records it.
+}
+
+bool WorkAllops::poll() {
+#ifdef WITH_CUDA
+  std::optional<c10::cuda::CUDAStreamGuard> onStream;
+  if (cuda_) {
+    onStream.emplace(cuda_->stream);  // staged results are copied back on the op's stream
+  }
+#endif
+  std::exception_ptr error;
+  try {
+    if (!later_()) {
+      return false;
+    }
+#ifdef WITH_CUDA
+    if (cuda_) {
+      cuda_->done.record(cuda_->stream);
+    }
+#endif
+  } catch (...) {
+    error = backendError(describe() + " failed: " + errorMessage(std::current_exception()));
+  }
+  later_ = nullptr;
+  finish(error);
+  return true;
 }
 
 void WorkAllops::finish(std::exception_ptr error) {
@@ -1111,6 +1231,9 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::enqueue(
     }
   }
   work->run();  // on the caller's thread
+  if (work->inFlight()) {
+    queue_.push(work);  // the worker completes it
+  }
   return work;
 }
 

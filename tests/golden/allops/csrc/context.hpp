@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,7 @@ namespace allops_collectives {
 // for one group (its communicator).
 struct Options;
 struct Communicator;
+class Health;
 
 // The reduction of a reducing collective: c10d::ReduceOp without its headers.
 enum class Reduction { kSum, kAvg, kProduct, kMin, kMax, kBand, kBor, kBxor };
@@ -63,6 +65,26 @@ struct OpContext {
         group.aborted.load(std::memory_order_relaxed) ||
         std::chrono::steady_clock::now() > deadline;
   }
+
+  // For a body that returns before its communication is done: the op
+  // completes when `done` returns true (or fails when it throws). The worker
+  // thread calls `done` until then; sends and receives queued after it go
+  // ahead meanwhile, a later collective waits for it. `done` must give up
+  // itself when expired().
+  void completeLater(std::function<bool()> done) const {
+    *later = std::move(done);
+  }
+
+  std::function<bool()>* later;  // where completeLater() leaves `done`
+  // For recvAnysource completed later: where its sender's group rank goes once
+  // the message arrived (the body itself returns -1, not known yet).
+  int* source;
+
+  // Leaves the group unusable: every later op fails at once, naming `why`.
+  // For a failure after which the ranks no longer agree on what comes next;
+  // the plumbing does it itself for every collective that fails.
+  void failGroup(const std::string& why) const;
+  Health& health;
 };
 
 // The group's c10d Store, for bootstrapping a library: exchanging a unique

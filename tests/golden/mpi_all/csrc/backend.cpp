@@ -31,8 +31,9 @@ constexpr auto kMaxWorkerSpin = std::chrono::microseconds(100);
 constexpr auto kReportGrace = std::chrono::milliseconds(500);
 // How long destroying the group waits for an op body to notice and return.
 constexpr auto kStopGrace = std::chrono::milliseconds(5000);
-// MPI moves messages only while it is called, so the worker polls the ops in
-// flight without pause for as long as they are likely to take: twice what
+// An op a body completes later (OpContext::completeLater: MPI's requests, the
+// store's receive from any source) moves on only while it is polled, so the
+// worker polls the ops in flight without pause for as long as they are likely to take: twice what
 // the ops in flight took lately, within these bounds. After that it sleeps
 // between polls, from kFirstPollPause doubling up to kMaxPollPause, until an
 // op completes or another is queued (push() wakes it).

@@ -68,8 +68,9 @@ struct OpContext {
 
   // For a body that returns before its communication is done: the op
   // completes when `done` returns true (or fails when it throws). The worker
-  // thread calls `done` between the group's later ops, so they overlap; `done`
-  // must give up itself when expired().
+  // thread calls `done` until then; sends and receives queued after it go
+  // ahead meanwhile, a later collective waits for it. `done` must give up
+  // itself when expired().
   void completeLater(std::function<bool()> done) const {
     *later = std::move(done);
   }
