@@ -883,6 +883,9 @@ std::shared_ptr<Group> makeGroup(const c10d::DistributedBackendOptions& options)
   // Collective over the group's processes; the default group has no global ranks listed.
   group->comm = std::make_shared<MpiComm>(
       group->backend, group->globalRanks, group->rank, options.global_ranks_in_group.empty());
+{%- elif p.impl == "ucx" %}
+  TORCH_CHECK(options.store, "Backend {{ p.name }}: torch.distributed passed no store");
+  group->comm = std::make_shared<UcxComm>(options.store, group->rank, group->size);
 {%- endif %}
   return group;
 }

@@ -26,6 +26,9 @@
 {%- elif p.impl == "mpi" %}
 
 #include "mpi_comm.hpp"
+{%- elif p.impl == "ucx" %}
+
+#include "ucx_comm.hpp"
 {%- endif %}
 
 namespace {{ p.package }} {
@@ -51,6 +54,9 @@ struct Group {
 {%- elif p.impl == "mpi" %}
   // The group's MPI communicator (see mpi_comm.hpp).
   std::shared_ptr<MpiComm> comm;
+{%- elif p.impl == "ucx" %}
+  // The group's UCX worker and endpoints (see ucx_comm.hpp).
+  std::shared_ptr<UcxComm> comm;
 {%- endif %}
 };
 
