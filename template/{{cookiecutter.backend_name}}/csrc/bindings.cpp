@@ -12,16 +12,69 @@
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.doc() = "C++ core of the \"{{ p.name }}\" torch.distributed backend.";
 
+  // Options: the C++ struct of ops.hpp, one attribute per field listed in
+  // describeOptions(). A new object starts from the {{ p.macro }}_* environment
+  // variables; keywords override them.
+  py::class_<{{ p.package }}::Options> options(
+      module, "Options", "Options of a \"{{ p.name }}\" process group (pg_options=...).");
+  options.def(
+      py::init([](const py::kwargs& fields) {
+        {{ p.package }}::Options result = {{ p.package }}::optionsFromEnvironment();
+        py::object self = py::cast(result);
+        for (const auto& [name, value] : fields) {
+          if (!py::hasattr(self, name)) {
+            throw py::type_error(
+                "{{ p.name }}: Options has no field " + py::str(name).cast<std::string>());
+          }
+          self.attr(name) = value;
+        }
+        return self.cast<{{ p.package }}::Options>();
+      }),
+      "Options(**fields): the environment's values, then these fields.");
+  {{ p.package }}::describeOptions([&options](const char* name, auto member, const char* doc) {
+    options.def_readwrite(name, member, doc);
+  });
+  options.def("__repr__", [](const py::object& self) {
+    std::string text = "Options(";
+    const char* separator = "";
+    {{ p.package }}::describeOptions([&](const char* name, auto /* member */, const char* /* doc */) {
+      text += separator + std::string(name) + "=" + py::repr(self.attr(name)).cast<std::string>();
+      separator = ", ";
+    });
+    return text + ")";
+  });
+
   module.def(
       "create_backend",
-      [](const c10d::DistributedBackendOptions& options,
-         const py::object& /* backend_options */) {
-        return {{ p.package }}::{{ p.backend_class }}::create(options);
+      [](const c10d::DistributedBackendOptions& dist, const py::object& pgOptions) {
+        {{ p.package }}::Options options;
+        if (pgOptions.is_none()) {
+          options = {{ p.package }}::optionsFromEnvironment();
+        } else if (py::isinstance<{{ p.package }}::Options>(pgOptions)) {
+          options = pgOptions.cast<{{ p.package }}::Options>();
+        } else {
+          throw py::type_error(
+              "Backend {{ p.name }}: pg_options must be {{ p.package }}.Options, not " +
+              py::str(py::type::of(pgOptions).attr("__name__")).cast<std::string>());
+        }
+        py::gil_scoped_release release;
+        return {{ p.package }}::{{ p.backend_class }}::create(dist, options);
       },
       py::arg("options"),
       py::arg("backend_options") = py::none(),
-      py::call_guard<py::gil_scoped_release>(),
       "Creates the backend of one process group (torch.distributed's extended API).");
+
+  module.def(
+      "group_options",
+      [](const c10::intrusive_ptr<c10d::Backend>& backend) {
+        auto* ours = dynamic_cast<{{ p.package }}::{{ p.backend_class }}*>(backend.get());
+        if (ours == nullptr) {
+          throw py::type_error("{{ p.name }}: not a backend of {{ p.package }}");
+        }
+        return ours->options();
+      },
+      py::arg("backend"),
+      "The Options a backend of this package was created with.");
 
 {%- if p.impl == "mpi" %}
 

@@ -29,18 +29,20 @@
 // work on host memory: CUDA tensors are staged through a host copy.
 {%- endif %}
 #include "ops.hpp"
-{%- if p.impl == "mpi" %}
-
-#include <algorithm>
-#include <climits>
-#include <functional>
-{%- elif p.impl == "ucx" %}
+{%- if p.impl == "ucx" %}
 
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/maximum.h>
 #include <ATen/ops/minimum.h>
+{%- endif %}
+
+#include <iostream>
+{%- if p.impl == "mpi" %}
+#include <algorithm>
+#include <climits>
+#include <functional>
 {%- endif %}
 
 namespace {{ p.package }} {
@@ -84,7 +86,7 @@ bool supportsReduction(Reduction op, c10::ScalarType dtype) {
 namespace {
 
 inline StoreExchange& exchange(const OpContext& ctx) {
-  return *ctx.group.exchange;
+  return *ctx.comm.exchange;
 }
 
 // Reduces one tensor per rank, in rank order, so every rank that reduces the
@@ -299,6 +301,11 @@ bool supportsReduction(Reduction op, c10::ScalarType dtype) {
 // not use them all).
 namespace {
 
+// The group's UCX connections (made by ops::init).
+inline UcxComm& ucx(const OpContext& ctx) {
+  return *ctx.comm.ucx;
+}
+
 // The tensor as UCX can send it: contiguous, in host memory. The tensor
 // itself when it already is.
 inline at::Tensor onHost(const at::Tensor& tensor) {
@@ -412,7 +419,7 @@ inline void ringReduceScatter(const OpContext& ctx, std::vector<at::Tensor>& pie
   const int right = (rank + 1) % n;
   const int left = (rank + n - 1) % n;
   at::Tensor incoming = at::empty_like(pieces[0]);  // the largest piece
-  UcxMessages messages(ctx);
+  UcxMessages messages(ctx, ucx(ctx));
   for (int step = 0; step < n - 1; ++step) {
     const int sendPiece = (rank + 2 * n - step - 1) % n;
     const int recvPiece = (rank + 2 * n - step - 2) % n;
@@ -432,7 +439,7 @@ inline void ringAllgather(const OpContext& ctx, std::vector<at::Tensor>& pieces)
   const int rank = ctx.group.rank;
   const int right = (rank + 1) % n;
   const int left = (rank + n - 1) % n;
-  UcxMessages messages(ctx);
+  UcxMessages messages(ctx, ucx(ctx));
   for (int step = 0; step < n - 1; ++step) {
     messages.send(pieces[(rank + n - step) % n], right);
     messages.recv(pieces[(rank + n - step - 1) % n], left);
@@ -467,7 +474,7 @@ inline void treeBroadcast(const OpContext& ctx, at::Tensor& data, int root) {
   const int n = ctx.group.size;
   const int v = (ctx.group.rank + n - root) % n;
   auto rankOf = [&](int vr) { return (vr + root) % n; };
-  UcxMessages messages(ctx);
+  UcxMessages messages(ctx, ucx(ctx));
   int mask = 1;
   while (mask < n) {
     if (v & mask) {
@@ -494,7 +501,7 @@ inline void treeReduce(const OpContext& ctx, at::Tensor& acc, Reduction op, int 
   const int v = (ctx.group.rank + n - root) % n;
   auto rankOf = [&](int vr) { return (vr + root) % n; };
   at::Tensor incoming = at::empty_like(acc);
-  UcxMessages messages(ctx);
+  UcxMessages messages(ctx, ucx(ctx));
   for (int mask = 1; mask < n; mask <<= 1) {
     if (v & mask) {
       messages.send(acc, rankOf(v - mask));
@@ -520,7 +527,7 @@ inline void pairwiseAlltoall(
   const int n = ctx.group.size;
   const int rank = ctx.group.rank;
   received[rank].copy_(toSend[rank]);
-  UcxMessages messages(ctx);
+  UcxMessages messages(ctx, ucx(ctx));
   for (int step = 1; step < n; ++step) {
     const int dst = (rank + step) % n;
     const int src = (rank + n - step) % n;
@@ -534,6 +541,85 @@ inline void pairwiseAlltoall(
 {%- endif %}
 
 namespace ops {
+
+// The lifecycle of a group (see ops.hpp).
+
+std::shared_ptr<Communicator> init(const GroupInfo& group) {
+  if (group.options.verbose) {
+    std::cerr << group.backend << ": rank " << group.rank << " of " << group.size << " creates group "
+              << group.name << "\n";
+  }
+  auto comm = std::make_shared<Communicator>();
+  comm->options = group.options;
+{%- if p.impl == "dummy" %}
+  // Your library's communicator is created here: rank 0 makes a unique id,
+  // group.store.set("id", ...) publishes it, the others group.store.get("id").
+{%- elif p.impl == "store" %}
+  comm->exchange = std::make_shared<StoreExchange>(group.store.c10dStore());
+{%- elif p.impl == "mpi" %}
+  // Collective over the group's processes: a communicator of MPI_COMM_WORLD.
+  comm->mpi = std::make_shared<MpiComm>(group.backend, group.globalRanks, group.rank, group.world);
+{%- elif p.impl == "ucx" %}
+  // A UCX worker, connected to every rank's through addresses in the store.
+  comm->ucx = std::make_shared<UcxComm>(group.store, group.rank, group.size);
+{%- endif %}
+  return comm;
+}
+
+std::shared_ptr<Communicator> split(Communicator& parent, const GroupInfo& child) {
+{%- if p.impl == "mpi" %}
+  if (!parent.mpi) {
+    return nullptr;  // finalized
+  }
+  if (child.options.verbose) {
+    std::cerr << child.backend << ": rank " << child.rank << " of " << child.size << " splits group "
+              << child.name << "\n";
+  }
+  auto comm = std::make_shared<Communicator>();
+  comm->options = child.options;
+  // Collective over the child's processes only: a communicator of the parent's.
+  comm->mpi = std::make_shared<MpiComm>(
+      child.backend, child.globalRanks, child.rank, false, parent.mpi->get());
+  return comm;
+{%- else %}
+  (void)parent;
+  (void)child;
+  return nullptr;  // {{ "each group's exchange is its own store: init() makes it" if p.impl == "store" else "each group has a UCX worker of its own: init() makes it" if p.impl == "ucx" else "init() makes the child's communicator" }}
+{%- endif %}
+}
+
+void finalize(Communicator& comm) {
+{%- if p.impl == "dummy" %}
+  (void)comm;  // your library's communicator is destroyed here
+{%- elif p.impl == "store" %}
+  comm.exchange->close();  // deletes what failed collectives left in the store
+{%- elif p.impl == "mpi" %}
+  comm.mpi.reset();  // MPI_Comm_free, once ops in flight (which share it) let go
+{%- elif p.impl == "ucx" %}
+  comm.ucx.reset();  // closes the endpoints, frees the worker and the context
+{%- endif %}
+}
+
+void abort(Communicator& comm) {
+{%- if p.impl == "mpi" %}
+  if (!comm.mpi) {
+    return;  // finalized
+  }
+{%- endif %}
+{%- if p.impl == "dummy" %}
+  (void)comm;  // your library's abort goes here: it makes stuck calls return
+{%- elif p.impl == "store" %}
+  comm.exchange->abort();  // wakes the threads blocked on the store
+{%- elif p.impl == "mpi" %}
+  // MPI cannot cancel a collective: the communicator is never used again,
+  // nor freed while MPI may still run one.
+  comm.mpi->markUnusable("the process group was aborted");
+{%- elif p.impl == "ucx" %}
+  if (comm.ucx) {
+    comm.ucx->abort();  // waiting bodies give up on their next round
+  }
+{%- endif %}
+}
 {% for op in p.ops %}
 // {{ op.summary }}
 {{ op.returns }} {{ op.name }}(const OpContext& ctx{{ ", " ~ op.body if op.body }}) {

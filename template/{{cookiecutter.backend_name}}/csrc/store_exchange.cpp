@@ -12,7 +12,7 @@
 #include <sstream>
 #include <thread>
 
-#include "ops.hpp"
+#include "context.hpp"
 
 namespace {{ p.package }} {
 namespace {
@@ -309,6 +309,11 @@ void StoreExchange::deleteLeftovers(c10d::Store& store) {
     }
   }
   leftovers_.clear();
+}
+
+void StoreExchange::close() {
+  std::lock_guard<std::mutex> lock(waitMutex_);
+  deleteLeftovers(*store_);
 }
 
 void StoreExchange::abort() {

@@ -1,14 +1,10 @@
 {%- set p = project() -%}
 #include "ucx_comm.hpp"
 
-#include <torch/csrc/distributed/c10d/Store.hpp>
-
 #include <algorithm>
 #include <chrono>
 #include <sstream>
 #include <utility>
-
-#include "ops.hpp"
 
 namespace {{ p.package }} {
 
@@ -46,7 +42,7 @@ void waitBriefly(ucp_worker_h worker, void* request, std::chrono::milliseconds l
 // ---------------------------------------------------------------------------
 // UcxComm
 
-UcxComm::UcxComm(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size)
+UcxComm::UcxComm(Bootstrap& store, int rank, int size)
     : rank_(rank), size_(size) {
   TORCH_CHECK(size <= static_cast<int>(ucx_tag::kSourceMask) + 1,
       "UCX tags have room for ", ucx_tag::kSourceMask + 1, " ranks, not ", size);
@@ -79,11 +75,11 @@ UcxComm::UcxComm(const c10::intrusive_ptr<c10d::Store>& store, int rank, int siz
     size_t addressLength = 0;
     checkUcx(ucp_worker_get_address(worker_, &address, &addressLength), "ucp_worker_get_address");
     const auto* bytes = reinterpret_cast<const uint8_t*>(address);
-    store->set(addressKey(rank_), std::vector<uint8_t>(bytes, bytes + addressLength));
+    store.set(addressKey(rank_), std::vector<uint8_t>(bytes, bytes + addressLength));
     ucp_worker_release_address(worker_, address);
 
     for (int peer = 0; peer < size_; ++peer) {
-      const std::vector<uint8_t> peerAddress = store->get(addressKey(peer));
+      const std::vector<uint8_t> peerAddress = store.get(addressKey(peer));
       ucp_ep_params_t epParams{};
       epParams.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
           UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
@@ -235,7 +231,7 @@ void UcxComm::progressAbandoned() {
 // ---------------------------------------------------------------------------
 // UcxMessages
 
-UcxMessages::UcxMessages(const OpContext& ctx) : ctx_(ctx), comm_(*ctx.group.comm) {}
+UcxMessages::UcxMessages(const OpContext& ctx, UcxComm& comm) : ctx_(ctx), comm_(comm) {}
 
 UcxMessages::~UcxMessages() {
   if (!pending_.empty()) {
@@ -286,8 +282,9 @@ int UcxMessages::wait() {
     if (finished == pending_.size()) {
       break;
     }
-    if (ctx_.expired()) {
+    if (ctx_.expired() || comm_.aborted()) {
       TORCH_CHECK(!ctx_.group.aborted.load(), "the process group was destroyed");
+      TORCH_CHECK(!comm_.aborted(), "the process group was aborted");
       std::ostringstream missing;
       for (size_t i = finished; i < pending_.size(); ++i) {
         missing << (i > finished ? ", " : "") << pending_[i].peer;

@@ -8,9 +8,9 @@
 // tag, and a receive takes the first message whose tag matches its own under
 // a mask. The collectives in ops.cpp are written with nothing else.
 //
-// Set-up, when the group is created: each rank creates a UCX context and a
+// Set-up, when the group is created (ops::init): each rank creates a UCX context and a
 // worker (the object that owns the connections and is "progressed" to move
-// data), publishes the worker's address in the group's c10d Store, reads
+// data), publishes the worker's address in the group's store, reads
 // every other rank's address from it, and creates an endpoint to each rank.
 // Endpoints connect lazily, on their first message.
 //
@@ -26,9 +26,9 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
-#include <c10/util/intrusive_ptr.h>
 #include <ucp/api/ucp.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -36,13 +36,9 @@
 #include <thread>
 #include <vector>
 
-namespace c10d {
-class Store;
-} // namespace c10d
+#include "context.hpp"
 
 namespace {{ p.package }} {
-
-struct OpContext;
 
 // The 64-bit tag of a message:
 //
@@ -93,7 +89,7 @@ class UcxComm {
  public:
   // Creates the worker and connects to every rank of the group, exchanging
   // worker addresses through `store` (the group's own store).
-  UcxComm(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size);
+  UcxComm(Bootstrap& store, int rank, int size);
   // Closes the endpoints and frees the worker: after the group's last op.
   ~UcxComm();
   UcxComm(const UcxComm&) = delete;
@@ -115,6 +111,10 @@ class UcxComm {
   // its senderTag and length set.
   bool done(UcxRequest& r);
 
+  // Makes every wait give up (ops::abort): the group is not used again.
+  void abort() { aborted_.store(true); }
+  bool aborted() const { return aborted_.load(std::memory_order_relaxed); }
+
   // Gives up on requests of an op that failed: cancels the receives and lets
   // the helper thread progress and free everything once UCX is done with it.
   void abandon(std::vector<UcxRequest> requests);
@@ -128,6 +128,7 @@ class UcxComm {
   ucp_worker_h worker_ = nullptr;
   std::vector<ucp_ep_h> endpoints_;  // one per rank of the group, this one included
 
+  std::atomic<bool> aborted_{false};
   std::mutex mutex_;  // every UCX call is made under it
   std::condition_variable wake_;
   std::vector<UcxRequest> abandoned_;  // guarded by mutex_
@@ -137,7 +138,7 @@ class UcxComm {
 
 // The messages of one op, posted together and waited for together:
 //
-//   UcxMessages messages(ctx);
+//   UcxMessages messages(ctx, comm);
 //   messages.send(chunk, right);
 //   messages.recv(incoming, left);
 //   messages.wait();  // both are done
@@ -145,7 +146,7 @@ class UcxComm {
 // A UcxMessages can be reused: wait(), then post the next step's messages.
 class UcxMessages {
  public:
-  explicit UcxMessages(const OpContext& ctx);
+  UcxMessages(const OpContext& ctx, UcxComm& comm);
   // If the op fails with messages still in flight, hands them to
   // UcxComm::abandon().
   ~UcxMessages();
