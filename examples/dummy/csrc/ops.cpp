@@ -9,6 +9,8 @@
 // is zeroed and nothing is sent.
 #include "ops.hpp"
 
+#include <iostream>
+
 namespace dummy_collectives {
 
 bool supportsDtype(c10::ScalarType /* dtype */) {
@@ -20,6 +22,34 @@ bool supportsReduction(Reduction /* op */, c10::ScalarType /* dtype */) {
 }
 
 namespace ops {
+
+// The lifecycle of a group (see ops.hpp).
+
+std::shared_ptr<Communicator> init(const GroupInfo& group) {
+  if (group.options.verbose) {
+    std::cerr << group.backend << ": rank " << group.rank << " of " << group.size << " creates group "
+              << group.name << "\n";
+  }
+  auto comm = std::make_shared<Communicator>();
+  comm->options = group.options;
+  // Your library's communicator is created here: rank 0 makes a unique id,
+  // group.store.set("id", ...) publishes it, the others group.store.get("id").
+  return comm;
+}
+
+std::shared_ptr<Communicator> split(Communicator& parent, const GroupInfo& child) {
+  (void)parent;
+  (void)child;
+  return nullptr;  // init() makes the child's communicator
+}
+
+void finalize(Communicator& comm) {
+  (void)comm;  // your library's communicator is destroyed here
+}
+
+void abort(Communicator& comm) {
+  (void)comm;  // your library's abort goes here: it makes stuck calls return
+}
 
 // Reduces the tensor of every rank; every rank gets the result.
 void allreduce(const OpContext& ctx, at::Tensor& tensor, Reduction op) {

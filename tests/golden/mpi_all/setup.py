@@ -135,7 +135,7 @@ def get_extensions():
             extra_link_args=mpi.link_args,
             define_macros=[("WITH_CUDA", None)] if with_cuda else [],
             # No debug info (-g0): it triples the compile time of torch's headers.
-            extra_compile_args={"cxx": ["-O2", "-g0", *mpi.compile_args], "nvcc": ["-O2"]},
+            extra_compile_args={"cxx": ["-O2", "-g0", "-fvisibility=hidden", *mpi.compile_args], "nvcc": ["-O2"]},
         )
     ]
 

@@ -41,7 +41,7 @@ def get_extensions():
             include_dirs=[str(ROOT / "csrc")],
             define_macros=[("WITH_CUDA", None)] if with_cuda else [],
             # No debug info (-g0): it triples the compile time of torch's headers.
-            extra_compile_args={"cxx": ["-O2", "-g0"], "nvcc": ["-O2"]},
+            extra_compile_args={"cxx": ["-O2", "-g0", "-fvisibility=hidden"], "nvcc": ["-O2"]},
         )
     ]
 

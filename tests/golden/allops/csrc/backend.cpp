@@ -2,9 +2,12 @@
 #include "backend.hpp"
 
 #include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <sstream>
+#include <type_traits>
 #include <utility>
 
 #ifdef WITH_CUDA
@@ -58,6 +61,22 @@ bool spinUntil(Done done, Clock::duration budget) {
     std::this_thread::yield();
   }
 }
+
+// Counts a running op body for as long as it exists.
+class Running {
+ public:
+  explicit Running(std::atomic<int>& count) : count_(count) {
+    count_.fetch_add(1);
+  }
+  ~Running() {
+    count_.fetch_sub(1);
+  }
+  Running(const Running&) = delete;
+  Running& operator=(const Running&) = delete;
+
+ private:
+  std::atomic<int>& count_;
+};
 
 std::string errorMessage(const std::exception_ptr& error) {
   try {
@@ -407,6 +426,152 @@ std::exception_ptr Health::refuse(const std::string& who) const {
 }
 
 // ---------------------------------------------------------------------------
+// Library
+
+Library::Library(std::shared_ptr<Bootstrap> store, std::shared_ptr<Communicator> comm)
+    : store_(std::move(store)), comm_(std::move(comm)) {}
+
+void Library::abort() {
+  if (!aborted_.exchange(true)) {
+    try {
+      ops::abort(*comm_);
+    } catch (const std::exception& e) {
+      TORCH_WARN("Backend allops: ops::abort failed: ", e.what());
+    }
+  }
+}
+
+void Library::finalize() {
+  if (!finalized_.exchange(true)) {
+    try {
+      ops::finalize(*comm_);
+    } catch (const std::exception& e) {
+      TORCH_WARN("Backend allops: ops::finalize failed: ", e.what());
+    }
+  }
+}
+
+namespace {
+
+// The group's c10d Store as ops::init sees it: every key under "bootstrap/"
+// (torch.distributed already scopes the store to the group), waits bounded
+// by the group's timeout.
+class StoreBootstrap : public Bootstrap {
+ public:
+  StoreBootstrap(c10::intrusive_ptr<c10d::Store> store, std::chrono::milliseconds timeout)
+      : store_(std::move(store)), timeout_(timeout) {
+    TORCH_CHECK(store_, "Backend allops: torch.distributed passed no store");
+  }
+
+  void set(const std::string& key, const std::vector<uint8_t>& value) override {
+    store_->set(scoped(key), value);
+  }
+  std::vector<uint8_t> get(const std::string& key) override {
+    store_->wait({scoped(key)}, timeout_);
+    return store_->get(scoped(key));
+  }
+  bool check(const std::vector<std::string>& keys) override {
+    return store_->check(scoped(keys));
+  }
+  void wait(const std::vector<std::string>& keys) override {
+    store_->wait(scoped(keys), timeout_);
+  }
+  int64_t add(const std::string& key, int64_t delta) override {
+    return store_->add(scoped(key), delta);
+  }
+  void deleteKey(const std::string& key) override {
+    store_->deleteKey(scoped(key));
+  }
+  c10::intrusive_ptr<c10d::Store> c10dStore() override {
+    return store_;
+  }
+
+ private:
+  static std::string scoped(const std::string& key) {
+    return "bootstrap/" + key;
+  }
+  static std::vector<std::string> scoped(const std::vector<std::string>& keys) {
+    std::vector<std::string> result;
+    result.reserve(keys.size());
+    for (const std::string& key : keys) {
+      result.push_back(scoped(key));
+    }
+    return result;
+  }
+
+  const c10::intrusive_ptr<c10d::Store> store_;
+  const std::chrono::milliseconds timeout_;
+};
+
+// Parses an environment variable's `text` into a field of Options.
+template <typename T>
+T parseOption(const std::string& variable, const std::string& text) {
+  const auto fail = [&](const char* type) {
+    TORCH_CHECK(
+        false, "Backend allops: environment variable ", variable, "=\"", text,
+        "\" is not ", type);
+  };
+  if constexpr (std::is_same_v<T, bool>) {
+    for (const char* yes : {"1", "true", "yes", "on", "TRUE", "True", "YES", "ON"}) {
+      if (text == yes) {
+        return true;
+      }
+    }
+    for (const char* no : {"0", "false", "no", "off", "FALSE", "False", "NO", "OFF", ""}) {
+      if (text == no) {
+        return false;
+      }
+    }
+    fail("a boolean (1, 0, true, false, yes, no, on, off)");
+  } else if constexpr (std::is_integral_v<T>) {
+    size_t used = 0;
+    long long value = 0;
+    try {
+      value = std::stoll(text, &used, 0);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != text.size()) {
+      fail("an integer");
+    }
+    return static_cast<T>(value);
+  } else if constexpr (std::is_floating_point_v<T>) {
+    size_t used = 0;
+    double value = 0;
+    try {
+      value = std::stod(text, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != text.size()) {
+      fail("a number");
+    }
+    return static_cast<T>(value);
+  } else {
+    static_assert(std::is_same_v<T, std::string>, "Options fields are bool, integers, floating point or std::string");
+    return text;
+  }
+  return T{};
+}
+
+} // namespace
+
+Options optionsFromEnvironment() {
+  Options options;
+  describeOptions([&options](const char* name, auto member, const char* /* doc */) {
+    std::string variable = "ALLOPS_";
+    for (const char* c = name; *c != '\0'; ++c) {
+      variable += static_cast<char>(std::toupper(static_cast<unsigned char>(*c)));
+    }
+    if (const char* text = std::getenv(variable.c_str())) {
+      using Field = std::decay_t<decltype(options.*member)>;
+      options.*member = parseOption<Field>(variable, text);
+    }
+  });
+  return options;
+}
+
+// ---------------------------------------------------------------------------
 // WorkQueue
 
 struct WorkQueue::State {
@@ -459,7 +624,7 @@ void WorkQueue::push(const c10::intrusive_ptr<WorkAllops>& work) {
   work->finish(backendError(work->describe() + ": the process group was already destroyed"));
 }
 
-void WorkQueue::stop(std::chrono::milliseconds grace) {
+bool WorkQueue::stop(std::chrono::milliseconds grace) {
   State& s = *state_;
   std::deque<c10::intrusive_ptr<WorkAllops>> cancelled;
   std::thread thread;  // only the first stop() gets it
@@ -475,11 +640,14 @@ void WorkQueue::stop(std::chrono::milliseconds grace) {
     work->finish(backendError(work->describe() + ": cancelled, the process group was destroyed before it ran"));
   }
   if (!thread.joinable()) {
-    return;
+    // Never started, or an earlier stop() has it: whether it still runs an
+    // op is that stop()'s to say.
+    std::lock_guard<std::mutex> lock(s.mutex);
+    return !s.running;
   }
   if (thread.get_id() == std::this_thread::get_id()) {
     thread.detach();  // stopped from its own op's callback: it leaves the loop on return
-    return;
+    return true;
   }
   bool exited = false;
   {
@@ -494,6 +662,7 @@ void WorkQueue::stop(std::chrono::milliseconds grace) {
         "Backend allops: an op body did not return within ", grace.count(),
         " ms of the process group's destruction; its thread is left running");
   }
+  return exited;
 }
 
 void WorkQueue::State::spinForWork() {
@@ -547,6 +716,7 @@ void WorkQueue::State::loop() {
 WorkAllops::WorkAllops(
     std::shared_ptr<Group> group,
     std::shared_ptr<Health> health,
+    std::shared_ptr<Library> library,
     c10d::OpType type,
     const char* op,
     const char* profilingTitle,
@@ -557,6 +727,7 @@ WorkAllops::WorkAllops(
     : c10d::Work(group->rank, type, profilingTitle),
       group_(std::move(group)),
       health_(std::move(health)),
+      library_(std::move(library)),
       op_(op),
       timeout_(timeout),
       deadline_(Clock::now() + timeout),
@@ -614,7 +785,10 @@ void WorkAllops::run() {
         cuda_->ready.block(cuda_->stream);
       }
 #endif
-      const OpContext ctx{*group_, op_, seq_, collective_, deadline_, timeout_, cancelled_};
+      const OpContext ctx{
+          *group_, library_->comm(), op_, seq_, collective_, deadline_, timeout_,
+          cancelled_};
+      const Running running(library_->running);
       body_(ctx, *this);
 #ifdef WITH_CUDA
       if (cuda_) {
@@ -641,6 +815,7 @@ void WorkAllops::finish(std::exception_ptr error) {
       what.erase(0, prefix.size());
     }
     health_->fail(what);
+    library_->abort();  // as NCCL does: bodies stuck in the library return
   }
   if (error) {
     cancelled_.store(true);
@@ -753,35 +928,124 @@ std::chrono::milliseconds WorkAllops::getTimeout() const {
 
 namespace {
 
-std::shared_ptr<Group> makeGroup(const c10d::DistributedBackendOptions& options) {
+// The default group's communicator, the parent of the groups created after
+// it (ops::split). Guarded by worldMutex.
+std::mutex worldMutex;
+std::weak_ptr<Library> world;
+
+std::shared_ptr<Group> makeGroup(int rank, int size, const std::string& id, std::vector<int64_t> globalRanks) {
   auto group = std::make_shared<Group>();
   group->backend = "allops";
-  group->rank = options.group_rank;
-  group->size = options.group_size;
-  group->id = options.group_id;
-  group->globalRanks = options.global_ranks_in_group;
+  group->rank = rank;
+  group->size = size;
+  group->id = id;
+  group->globalRanks = std::move(globalRanks);
   if (group->globalRanks.empty()) {  // the default group: global ranks are group ranks
-    for (int rank = 0; rank < group->size; ++rank) {
-      group->globalRanks.push_back(rank);
+    for (int r = 0; r < size; ++r) {
+      group->globalRanks.push_back(r);
     }
   }
   return group;
 }
 
+// The group's communicator: ops::split from `parent` when there is one and it
+// gives one, else ops::init. Runs on the caller's thread.
+std::shared_ptr<Library> makeLibrary(
+    const Group& group,
+    const c10::intrusive_ptr<c10d::Store>& store,
+    std::chrono::milliseconds timeout,
+    const Options& options,
+    bool isWorld,
+    const std::shared_ptr<Library>& parent) {
+  auto bootstrap = std::make_shared<StoreBootstrap>(store, timeout);
+  const GroupInfo info{
+      group.backend, group.rank, group.size, group.globalRanks, group.id, timeout, options,
+      *bootstrap, isWorld};
+  std::shared_ptr<Communicator> comm;
+  try {
+    if (parent) {
+      comm = ops::split(parent->comm(), info);
+    }
+    if (!comm) {
+      comm = ops::init(info);
+    }
+  } catch (const std::exception& e) {
+    C10_THROW_ERROR(
+        DistBackendError,
+        "Backend allops (rank " + std::to_string(group.rank) + "): creating the communicator of group " +
+            group.id + " failed: " + (dynamic_cast<const c10::Error*>(&e)
+                                          ? dynamic_cast<const c10::Error*>(&e)->what_without_backtrace()
+                                          : e.what()));
+  }
+  TORCH_CHECK(comm, "Backend allops: ops::", parent ? "split" : "init", " returned no communicator");
+  return std::make_shared<Library>(std::move(bootstrap), std::move(comm));
+}
+
 } // namespace
 
-BackendAllops::BackendAllops(const c10d::DistributedBackendOptions& options)
-    : c10d::Backend(options.group_rank, options.group_size),
-      group_(makeGroup(options)),
-      timeoutMs_(std::chrono::duration_cast<std::chrono::milliseconds>(options.timeout).count()) {}
+BackendAllops::BackendAllops(
+    std::shared_ptr<Group> group,
+    std::shared_ptr<Library> library,
+    allops_collectives::Options options,
+    std::chrono::milliseconds timeout)
+    : c10d::Backend(group->rank, group->size),
+      group_(std::move(group)),
+      library_(std::move(library)),
+      options_(std::move(options)),
+      timeoutMs_(timeout.count()) {}
 
 BackendAllops::~BackendAllops() {
   shutdown();
 }
 
 c10::intrusive_ptr<c10d::Backend> BackendAllops::create(
-    const c10d::DistributedBackendOptions& options) {
-  return c10::make_intrusive<BackendAllops>(options);
+    const c10d::DistributedBackendOptions& options,
+    const allops_collectives::Options& userOptions) {
+  const auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(options.timeout);
+  const bool isWorld = options.global_ranks_in_group.empty();
+  auto group = makeGroup(options.group_rank, options.group_size, options.group_id, options.global_ranks_in_group);
+  std::shared_ptr<Library> parent;
+  if (!isWorld) {
+    std::lock_guard<std::mutex> lock(worldMutex);
+    parent = world.lock();
+    if (parent && parent->aborted()) {
+      parent = nullptr;
+    }
+  }
+  auto library = makeLibrary(*group, options.store, timeout, userOptions, isWorld, parent);
+  if (isWorld) {
+    std::lock_guard<std::mutex> lock(worldMutex);
+    world = library;
+  }
+  return c10::make_intrusive<BackendAllops>(std::move(group), std::move(library), userOptions, timeout);
+}
+
+c10::intrusive_ptr<c10d::Backend> BackendAllops::split(
+    const c10::intrusive_ptr<c10d::Store>& store,
+    const std::vector<int>& ranks,
+    const c10::intrusive_ptr<c10d::Backend::Options>& opts) {
+  const auto it = std::find(ranks.begin(), ranks.end(), group_->rank);
+  if (it == ranks.end()) {
+    return nullptr;  // this rank is not in the new group
+  }
+  std::vector<int64_t> globalRanks;
+  for (int r : ranks) {
+    globalRanks.push_back(group_->globalRanks.at(r));
+  }
+  const auto timeout = opts ? opts->timeout : std::chrono::milliseconds(timeoutMs_.load());
+  auto group = makeGroup(
+      static_cast<int>(it - ranks.begin()), static_cast<int>(ranks.size()), opts ? opts->group_name : "",
+      std::move(globalRanks));
+  auto library = makeLibrary(*group, store, timeout, options_, false, library_);
+  return c10::make_intrusive<BackendAllops>(std::move(group), std::move(library), options_, timeout);
+}
+
+c10::intrusive_ptr<c10d::Backend::Options> BackendAllops::getBackendOptions() {
+  auto opts = c10::make_intrusive<c10d::Backend::Options>(
+      "allops", std::chrono::milliseconds(timeoutMs_.load()));
+  opts->group_name = group_->id;
+  opts->global_ranks_in_group.assign(group_->globalRanks.begin(), group_->globalRanks.end());
+  return opts;
 }
 
 const std::string BackendAllops::getBackendName() const {
@@ -790,11 +1054,19 @@ const std::string BackendAllops::getBackendName() const {
 
 void BackendAllops::shutdown() {
   group_->aborted.store(true);  // running bodies see it in OpContext::expired()
-  queue_.stop(kStopGrace);
-  receives_.stop(kStopGrace);
+  if (library_->running.load() > 0) {
+    library_->abort();  // a body is still running: make it return
+  }
+  const bool ops = queue_.stop(kStopGrace);
+  const bool receives = receives_.stop(kStopGrace);
+  if (ops && receives && library_->running.load() == 0) {
+    library_->finalize();  // no op body can use the communicator any more
+  }
 }
 
 void BackendAllops::abort() {
+  group_->aborted.store(true);
+  library_->abort();
   shutdown();
 }
 
@@ -825,8 +1097,8 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::enqueue(
   }
   std::shared_ptr<CudaOp> cuda = cudaOp(outputs, inputs);
   auto work = c10::make_intrusive<WorkAllops>(
-      group_, health_, type, op, profilingTitle, timeout, std::move(outputs), std::move(body),
-      std::move(cuda));
+      group_, health_, library_, type, op, profilingTitle, timeout, std::move(outputs),
+      std::move(body), std::move(cuda));
   {
     std::lock_guard<std::mutex> lock(issueMutex_);
     work->seq_ = ops_++;

@@ -11,16 +11,69 @@
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.doc() = "C++ core of the \"mpi_all\" torch.distributed backend.";
 
+  // Options: the C++ struct of ops.hpp, one attribute per field listed in
+  // describeOptions(). A new object starts from the MPI_ALL_* environment
+  // variables; keywords override them.
+  py::class_<mpi_all_collectives::Options> options(
+      module, "Options", "Options of a \"mpi_all\" process group (pg_options=...).");
+  options.def(
+      py::init([](const py::kwargs& fields) {
+        mpi_all_collectives::Options result = mpi_all_collectives::optionsFromEnvironment();
+        py::object self = py::cast(result);
+        for (const auto& [name, value] : fields) {
+          if (!py::hasattr(self, name)) {
+            throw py::type_error(
+                "mpi_all: Options has no field " + py::str(name).cast<std::string>());
+          }
+          self.attr(name) = value;
+        }
+        return self.cast<mpi_all_collectives::Options>();
+      }),
+      "Options(**fields): the environment's values, then these fields.");
+  mpi_all_collectives::describeOptions([&options](const char* name, auto member, const char* doc) {
+    options.def_readwrite(name, member, doc);
+  });
+  options.def("__repr__", [](const py::object& self) {
+    std::string text = "Options(";
+    const char* separator = "";
+    mpi_all_collectives::describeOptions([&](const char* name, auto /* member */, const char* /* doc */) {
+      text += separator + std::string(name) + "=" + py::repr(self.attr(name)).cast<std::string>();
+      separator = ", ";
+    });
+    return text + ")";
+  });
+
   module.def(
       "create_backend",
-      [](const c10d::DistributedBackendOptions& options,
-         const py::object& /* backend_options */) {
-        return mpi_all_collectives::BackendMpiAll::create(options);
+      [](const c10d::DistributedBackendOptions& dist, const py::object& pgOptions) {
+        mpi_all_collectives::Options options;
+        if (pgOptions.is_none()) {
+          options = mpi_all_collectives::optionsFromEnvironment();
+        } else if (py::isinstance<mpi_all_collectives::Options>(pgOptions)) {
+          options = pgOptions.cast<mpi_all_collectives::Options>();
+        } else {
+          throw py::type_error(
+              "Backend mpi_all: pg_options must be mpi_all_collectives.Options, not " +
+              py::str(py::type::of(pgOptions).attr("__name__")).cast<std::string>());
+        }
+        py::gil_scoped_release release;
+        return mpi_all_collectives::BackendMpiAll::create(dist, options);
       },
       py::arg("options"),
       py::arg("backend_options") = py::none(),
-      py::call_guard<py::gil_scoped_release>(),
       "Creates the backend of one process group (torch.distributed's extended API).");
+
+  module.def(
+      "group_options",
+      [](const c10::intrusive_ptr<c10d::Backend>& backend) {
+        auto* ours = dynamic_cast<mpi_all_collectives::BackendMpiAll*>(backend.get());
+        if (ours == nullptr) {
+          throw py::type_error("mpi_all: not a backend of mpi_all_collectives");
+        }
+        return ours->options();
+      },
+      py::arg("backend"),
+      "The Options a backend of this package was created with.");
 
   module.def(
       "mpi_world",

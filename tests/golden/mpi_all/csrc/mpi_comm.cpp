@@ -22,7 +22,7 @@
 #endif
 #endif
 
-#include "ops.hpp"
+#include "context.hpp"
 
 namespace mpi_all_collectives {
 
@@ -584,7 +584,8 @@ MpiComm::MpiComm(
     const std::string& backend,
     const std::vector<int64_t>& globalRanks,
     int rank,
-    bool isWorld) {
+    bool isWorld,
+    MPI_Comm parent) {
   ensureInitialized();
   MpiUse use;
   int worldRank = 0;
@@ -614,7 +615,7 @@ MpiComm::MpiComm(
   CHECK_MPI(MPI_Comm_group(MPI_COMM_WORLD, &world));
   CHECK_MPI(MPI_Group_incl(world, size, ranks.data(), &group));
   constexpr int kCreateTag = 0x4e42;
-  const int code = MPI_Comm_create_group(MPI_COMM_WORLD, group, kCreateTag, &comm_);
+  const int code = MPI_Comm_create_group(parent, group, kCreateTag, &comm_);
   MPI_Group_free(&group);
   MPI_Group_free(&world);
   checkMpi(code, "MPI_Comm_create_group");
@@ -662,9 +663,10 @@ void MpiComm::checkUsable() const {
 // ---------------------------------------------------------------------------
 // MpiOp
 
-MpiOp::MpiOp(const OpContext& ctx)
+MpiOp::MpiOp(const OpContext& ctx, std::shared_ptr<MpiComm> comm)
     : ctx_(ctx), use_(std::make_unique<MpiUse>()), state_(std::make_shared<State>()) {
-  state_->comm = ctx.group.comm;
+  TORCH_CHECK(comm, "the process group's MPI communicator was freed");
+  state_->comm = std::move(comm);
   state_->comm->checkUsable();
 }
 

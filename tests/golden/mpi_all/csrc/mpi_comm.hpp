@@ -74,15 +74,17 @@ void finalizeMpi();
 class MpiComm {
  public:
   // Creates the communicator whose rank i is MPI_COMM_WORLD's rank
-  // globalRanks[i] (MPI_Comm_create_group: collective over those processes
-  // only). `rank` is this process's rank in the group as torch.distributed
-  // numbers it; `isWorld` is true for the default group. Fails with a clear
-  // error if torch.distributed and MPI disagree on who this process is.
+  // globalRanks[i], from `parent`, which holds them all
+  // (MPI_Comm_create_group: collective over those processes only). `rank` is
+  // this process's rank in the group as torch.distributed numbers it;
+  // `isWorld` is true for the default group. Fails with a clear error if
+  // torch.distributed and MPI disagree on who this process is.
   MpiComm(
       const std::string& backend,
       const std::vector<int64_t>& globalRanks,
       int rank,
-      bool isWorld);
+      bool isWorld,
+      MPI_Comm parent = MPI_COMM_WORLD);
   ~MpiComm();
   MpiComm(const MpiComm&) = delete;
   MpiComm& operator=(const MpiComm&) = delete;
@@ -122,7 +124,7 @@ struct Buffer {
 
 // The MPI requests of one op, and what they need until they complete.
 //
-//   MpiOp mpi(ctx);
+//   MpiOp mpi(ctx, ctx.comm.mpi);
 //   const Buffer data = mpi.inout(tensor);
 //   CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, data.ptr, data.count, data.type,
 //                            MPI_SUM, mpi.comm(), mpi.request()));
@@ -133,7 +135,8 @@ struct Buffer {
 // requests completed (an MPI call threw) keeps its buffers alive for MPI.
 class MpiOp {
  public:
-  explicit MpiOp(const OpContext& ctx);
+  // The requests of the op `ctx` on the group's communicator `comm`.
+  MpiOp(const OpContext& ctx, std::shared_ptr<MpiComm> comm);
   ~MpiOp();
   MpiOp(const MpiOp&) = delete;
   MpiOp& operator=(const MpiOp&) = delete;

@@ -12,6 +12,7 @@
 // next ops start meanwhile.
 #include "ops.hpp"
 
+#include <iostream>
 #include <algorithm>
 #include <climits>
 #include <functional>
@@ -96,9 +97,52 @@ inline const void* inPlaceIfAliased(const Buffer& send, const Buffer& recv, int 
 
 namespace ops {
 
+// The lifecycle of a group (see ops.hpp).
+
+std::shared_ptr<Communicator> init(const GroupInfo& group) {
+  if (group.options.verbose) {
+    std::cerr << group.backend << ": rank " << group.rank << " of " << group.size << " creates group "
+              << group.name << "\n";
+  }
+  auto comm = std::make_shared<Communicator>();
+  comm->options = group.options;
+  // Collective over the group's processes: a communicator of MPI_COMM_WORLD.
+  comm->mpi = std::make_shared<MpiComm>(group.backend, group.globalRanks, group.rank, group.world);
+  return comm;
+}
+
+std::shared_ptr<Communicator> split(Communicator& parent, const GroupInfo& child) {
+  if (!parent.mpi) {
+    return nullptr;  // finalized
+  }
+  if (child.options.verbose) {
+    std::cerr << child.backend << ": rank " << child.rank << " of " << child.size << " splits group "
+              << child.name << "\n";
+  }
+  auto comm = std::make_shared<Communicator>();
+  comm->options = child.options;
+  // Collective over the child's processes only: a communicator of the parent's.
+  comm->mpi = std::make_shared<MpiComm>(
+      child.backend, child.globalRanks, child.rank, false, parent.mpi->get());
+  return comm;
+}
+
+void finalize(Communicator& comm) {
+  comm.mpi.reset();  // MPI_Comm_free, once ops in flight (which share it) let go
+}
+
+void abort(Communicator& comm) {
+  if (!comm.mpi) {
+    return;  // finalized
+  }
+  // MPI cannot cancel a collective: the communicator is never used again,
+  // nor freed while MPI may still run one.
+  comm.mpi->markUnusable("the process group was aborted");
+}
+
 // Copies the root's tensor into the tensor of every rank.
 void broadcast(const OpContext& ctx, at::Tensor& tensor, int root) {
-  MpiOp mpi(ctx);
+  MpiOp mpi(ctx, ctx.comm.mpi);
   const Buffer data = mpi.inout(tensor);
   CHECK_MPI(MPI_Ibcast(data.ptr, data.count, data.type, root, mpi.comm(), mpi.request()));
   mpi.completeLater();
@@ -106,7 +150,7 @@ void broadcast(const OpContext& ctx, at::Tensor& tensor, int root) {
 
 // Reduces the tensor of every rank; every rank gets the result.
 void allreduce(const OpContext& ctx, at::Tensor& tensor, Reduction op) {
-  MpiOp mpi(ctx);
+  MpiOp mpi(ctx, ctx.comm.mpi);
   const Buffer data = mpi.inout(tensor);
   CHECK_MPI(MPI_Iallreduce(
       MPI_IN_PLACE, data.ptr, data.count, data.type, reduction(op, tensor), mpi.comm(),
@@ -118,7 +162,7 @@ void allreduce(const OpContext& ctx, at::Tensor& tensor, Reduction op) {
 // All-reduces several tensors as one operation.
 void allreduce_coalesced(const OpContext& ctx, std::vector<at::Tensor>& tensors, Reduction op) {
   // One MPI_Iallreduce per tensor, all in flight at once: no flattening copy.
-  MpiOp mpi(ctx);
+  MpiOp mpi(ctx, ctx.comm.mpi);
   for (at::Tensor& tensor : tensors) {
     const Buffer data = mpi.inout(tensor);
     CHECK_MPI(MPI_Iallreduce(
@@ -132,7 +176,7 @@ void allreduce_coalesced(const OpContext& ctx, std::vector<at::Tensor>& tensors,
 // Reduces the tensor of every rank into the root's tensor.
 void reduce(const OpContext& ctx, at::Tensor& tensor, Reduction op, int root) {
   // The root reduces into its own tensor; the other ranks' tensors are only read.
-  MpiOp mpi(ctx);
+  MpiOp mpi(ctx, ctx.comm.mpi);
   const bool isRoot = ctx.group.rank == root;
   const Buffer data = isRoot ? mpi.inout(tensor) : mpi.in(tensor);
   CHECK_MPI(MPI_Ireduce(
@@ -146,7 +190,7 @@ void reduce(const OpContext& ctx, at::Tensor& tensor, Reduction op, int root) {
 
 // Gathers the tensor of every rank into a list on every rank.
 void allgather(const OpContext& ctx, std::vector<at::Tensor>& outputs, const at::Tensor& input) {
-  MpiOp mpi(ctx);
+  MpiOp mpi(ctx, ctx.comm.mpi);
   const Buffer send = mpi.in(input);
   const Buffer recv = mpi.out(outputs);  // in place when the outputs lie back to back
   CHECK_MPI(MPI_Iallgather(
@@ -157,7 +201,7 @@ void allgather(const OpContext& ctx, std::vector<at::Tensor>& outputs, const at:
 
 // Gathers the tensor of every rank into one flat tensor on every rank.
 void _allgather_base(const OpContext& ctx, at::Tensor& output, const at::Tensor& input) {
-  MpiOp mpi(ctx);
+  MpiOp mpi(ctx, ctx.comm.mpi);
   const Buffer send = mpi.in(input);
   const Buffer recv = mpi.out(output);
   CHECK_MPI(MPI_Iallgather(
@@ -169,7 +213,7 @@ void _allgather_base(const OpContext& ctx, at::Tensor& output, const at::Tensor&
 // All-gathers several tensors as one operation.
 void allgather_coalesced(const OpContext& ctx, std::vector<std::vector<at::Tensor>>& outputs, const std::vector<at::Tensor>& inputs) {
   // One MPI_Iallgather per input, all in flight at once.
-  MpiOp mpi(ctx);
+  MpiOp mpi(ctx, ctx.comm.mpi);
   for (size_t i = 0; i < inputs.size(); ++i) {
     std::vector<at::Tensor> fromRanks;
     for (const std::vector<at::Tensor>& fromRank : outputs) {
@@ -186,7 +230,7 @@ void allgather_coalesced(const OpContext& ctx, std::vector<std::vector<at::Tenso
 // Runs several flat all-gathers as one operation.
 void allgather_into_tensor_coalesced(const OpContext& ctx, std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& inputs) {
   // One MPI_Iallgather per pair, all in flight at once.
-  MpiOp mpi(ctx);
+  MpiOp mpi(ctx, ctx.comm.mpi);
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Buffer send = mpi.in(inputs[i]);
     const Buffer recv = mpi.out(outputs[i]);
@@ -199,7 +243,7 @@ void allgather_into_tensor_coalesced(const OpContext& ctx, std::vector<at::Tenso
 
 // Gathers the tensor of every rank into a list on the root.
 void gather(const OpContext& ctx, std::vector<at::Tensor>& outputs, const at::Tensor& input, int root) {
-  MpiOp mpi(ctx);
+  MpiOp mpi(ctx, ctx.comm.mpi);
   const Buffer send = mpi.in(input);
   const Buffer recv = mpi.out(outputs);  // outputs is empty except on the root
   CHECK_MPI(MPI_Igather(
@@ -210,7 +254,7 @@ void gather(const OpContext& ctx, std::vector<at::Tensor>& outputs, const at::Te
 
 // Gathers the tensor of every rank into one flat tensor on the root.
 void gather_single(const OpContext& ctx, at::Tensor& output, const at::Tensor& input, int root) {
-  MpiOp mpi(ctx);
+  MpiOp mpi(ctx, ctx.comm.mpi);
   const Buffer send = mpi.in(input);
   const Buffer recv = ctx.group.rank == root ? mpi.out(output) : Buffer{};  // used on the root only
   CHECK_MPI(MPI_Igather(
@@ -221,7 +265,7 @@ void gather_single(const OpContext& ctx, at::Tensor& output, const at::Tensor& i
 
 // Sends the root's i-th tensor to rank i.
 void scatter(const OpContext& ctx, at::Tensor& output, const std::vector<at::Tensor>& inputs, int root) {
-  MpiOp mpi(ctx);
+  MpiOp mpi(ctx, ctx.comm.mpi);
   const Buffer send = mpi.in(inputs);  // inputs is empty except on the root
   const Buffer recv = mpi.out(output);
   CHECK_MPI(MPI_Iscatter(
@@ -232,7 +276,7 @@ void scatter(const OpContext& ctx, at::Tensor& output, const std::vector<at::Ten
 
 // Reduces the i-th tensor of every rank into the output of rank i.
 void reduce_scatter(const OpContext& ctx, at::Tensor& output, const std::vector<at::Tensor>& inputs, Reduction op) {
-  MpiOp mpi(ctx);
+  MpiOp mpi(ctx, ctx.comm.mpi);
   const Buffer send = mpi.in(inputs);  // in place when the inputs lie back to back
   const Buffer recv = mpi.out(output, send);  // a copy if it overlaps the input
   CHECK_MPI(MPI_Ireduce_scatter_block(
@@ -243,7 +287,7 @@ void reduce_scatter(const OpContext& ctx, at::Tensor& output, const std::vector<
 
 // Reduces one flat tensor of every rank; rank i keeps the i-th chunk.
 void _reduce_scatter_base(const OpContext& ctx, at::Tensor& output, const at::Tensor& input, Reduction op) {
-  MpiOp mpi(ctx);
+  MpiOp mpi(ctx, ctx.comm.mpi);
   const Buffer send = mpi.in(input);
   const Buffer recv = mpi.out(output, send);  // a copy if it overlaps the input
   CHECK_MPI(MPI_Ireduce_scatter_block(
@@ -255,7 +299,7 @@ void _reduce_scatter_base(const OpContext& ctx, at::Tensor& output, const at::Te
 // Runs several flat reduce-scatters as one operation.
 void reduce_scatter_tensor_coalesced(const OpContext& ctx, std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& inputs, Reduction op) {
   // One MPI_Ireduce_scatter_block per pair, all in flight at once.
-  MpiOp mpi(ctx);
+  MpiOp mpi(ctx, ctx.comm.mpi);
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Buffer send = mpi.in(inputs[i]);
     const Buffer recv = mpi.out(outputs[i], send);
@@ -270,7 +314,7 @@ void reduce_scatter_tensor_coalesced(const OpContext& ctx, std::vector<at::Tenso
 // Every rank sends a slice of one flat tensor to every rank (splits may be uneven).
 void alltoall_base(const OpContext& ctx, at::Tensor& output, const at::Tensor& input, const std::vector<int64_t>& outputSplits, const std::vector<int64_t>& inputSplits) {
   // Splits count rows of dimension 0; MPI counts elements.
-  MpiOp mpi(ctx);
+  MpiOp mpi(ctx, ctx.comm.mpi);
   const Buffer send = mpi.in(input);
   const Buffer recv = mpi.out(output, send);
   const std::vector<int> sendCounts = elementCounts(inputSplits, rowNumel(input));
@@ -291,7 +335,7 @@ void alltoall_base(const OpContext& ctx, at::Tensor& output, const at::Tensor& i
 
 // Every rank sends its i-th tensor to rank i.
 void alltoall(const OpContext& ctx, std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& inputs) {
-  MpiOp mpi(ctx);
+  MpiOp mpi(ctx, ctx.comm.mpi);
   const Buffer send = mpi.in(inputs);
   const Buffer recv = mpi.out(outputs);
   std::vector<int> sendCounts;
@@ -311,7 +355,7 @@ void alltoall(const OpContext& ctx, std::vector<at::Tensor>& outputs, const std:
 // Sends the tensor to one peer, matched by tag.
 void send(const OpContext& ctx, const at::Tensor& tensor, int dst, int tag) {
   // Completes once MPI no longer needs the tensor; the group's next ops need not wait for it.
-  MpiOp mpi(ctx);
+  MpiOp mpi(ctx, ctx.comm.mpi);
   const Buffer data = mpi.in(tensor);
   CHECK_MPI(MPI_Isend(
       data.ptr, data.count, data.type, dst, mpi.tag(tag), mpi.comm(), mpi.sendRequest()));
@@ -320,7 +364,7 @@ void send(const OpContext& ctx, const at::Tensor& tensor, int dst, int tag) {
 
 // Receives a tensor from one peer, matched by tag.
 void recv(const OpContext& ctx, at::Tensor& tensor, int src, int tag) {
-  MpiOp mpi(ctx);
+  MpiOp mpi(ctx, ctx.comm.mpi);
   const Buffer data = mpi.out(tensor);
   CHECK_MPI(MPI_Irecv(
       data.ptr, data.count, data.type, src, mpi.tag(tag), mpi.comm(), mpi.recvRequest(data)));
@@ -330,7 +374,7 @@ void recv(const OpContext& ctx, at::Tensor& tensor, int src, int tag) {
 // Receives a tensor from whichever peer sends first with the tag.
 int recvAnysource(const OpContext& ctx, at::Tensor& tensor, int tag) {
   // The sender's rank is this op's result, so it waits here for its message.
-  MpiOp mpi(ctx);
+  MpiOp mpi(ctx, ctx.comm.mpi);
   const Buffer data = mpi.out(tensor);
   CHECK_MPI(MPI_Irecv(
       data.ptr, data.count, data.type, MPI_ANY_SOURCE, mpi.tag(tag), mpi.comm(),
@@ -340,7 +384,7 @@ int recvAnysource(const OpContext& ctx, at::Tensor& tensor, int tag) {
 
 // Returns once every rank has entered it.
 void barrier(const OpContext& ctx) {
-  MpiOp mpi(ctx);
+  MpiOp mpi(ctx, ctx.comm.mpi);
   CHECK_MPI(MPI_Ibarrier(mpi.comm(), mpi.request()));
   mpi.completeLater();
 }

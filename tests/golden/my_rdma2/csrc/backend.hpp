@@ -58,6 +58,39 @@ class Health {
   std::string failure_;
 };
 
+// Your library's communicator (ops.hpp) with its lifecycle: created by
+// ops::init or ops::split with the group, aborted at most once (ops::abort),
+// finalized once after the group's last op returned (ops::finalize).
+class Library {
+ public:
+  Library(std::shared_ptr<Bootstrap> store, std::shared_ptr<Communicator> comm);
+
+  Communicator& comm() const {
+    return *comm_;
+  }
+  // ops::abort, the first time only; safe from any thread.
+  void abort();
+  // Whether abort() was called.
+  bool aborted() const {
+    return aborted_.load();
+  }
+  // ops::finalize, the first time only.
+  void finalize();
+
+  std::atomic<int> running{0};  // op bodies running now
+
+ private:
+  const std::shared_ptr<Bootstrap> store_;  // outlives the communicator, which may keep it
+  const std::shared_ptr<Communicator> comm_;
+  std::atomic<bool> aborted_{false};
+  std::atomic<bool> finalized_{false};
+};
+
+// The Options of a group created without pg_options: the defaults in
+// ops.hpp, then the MY_RDMA2_<FIELD> environment variables. Throws, naming the
+// variable, when one does not parse as its field's type.
+Options optionsFromEnvironment();
+
 // Runs queued work in order on one background thread, started on first use
 // (never at import time, so processes forked after `import` are safe). A
 // backend has two: one for receives (recv, recvAnysource) and one for every
@@ -81,8 +114,9 @@ class WorkQueue {
   // Fails the work that has not started and waits up to `grace` for the
   // running op to return (it sees the group aborted). A thread still busy
   // after that is left behind with a warning: it owns what it uses. Safe from
-  // any thread, the queue's own included, and more than once.
-  void stop(std::chrono::milliseconds grace);
+  // any thread, the queue's own included, and more than once. Returns whether
+  // no thread of the queue can still be running an op.
+  bool stop(std::chrono::milliseconds grace);
 
   struct State;
 
@@ -99,6 +133,7 @@ class WorkMyRdma2 : public c10d::Work {
   WorkMyRdma2(
       std::shared_ptr<Group> group,
       std::shared_ptr<Health> health,
+      std::shared_ptr<Library> library,
       c10d::OpType type,
       const char* op,
       const char* profilingTitle,
@@ -149,6 +184,7 @@ class WorkMyRdma2 : public c10d::Work {
 
   const std::shared_ptr<Group> group_;
   const std::shared_ptr<Health> health_;
+  const std::shared_ptr<Library> library_;
   const char* const op_;
   const std::chrono::milliseconds timeout_;
   const std::chrono::steady_clock::time_point deadline_;
@@ -167,12 +203,25 @@ class WorkMyRdma2 : public c10d::Work {
 
 class BackendMyRdma2 : public c10d::Backend {
  public:
-  explicit BackendMyRdma2(const c10d::DistributedBackendOptions& options);
+  BackendMyRdma2(
+      std::shared_ptr<Group> group,
+      std::shared_ptr<Library> library,
+      my_rdma2_collectives::Options options,
+      std::chrono::milliseconds timeout);
   ~BackendMyRdma2() override;
 
-  // The creator torch.distributed calls for each process group (extended API).
+  // The creator torch.distributed calls for each process group (extended API),
+  // with the group's options (pg_options, else optionsFromEnvironment()).
+  // Creates the communicator: ops::split from the default group when this
+  // group is a subgroup of it and the user's split() gives one, else ops::init.
   static c10::intrusive_ptr<c10d::Backend> create(
-      const c10d::DistributedBackendOptions& options);
+      const c10d::DistributedBackendOptions& options,
+      const my_rdma2_collectives::Options& userOptions);
+
+  // The options the group was created with.
+  const my_rdma2_collectives::Options& options() const {
+    return options_;
+  }
 
   const std::string getBackendName() const override;
   // Fails the ops not started yet and stops the worker threads. Called by
@@ -182,6 +231,17 @@ class BackendMyRdma2 : public c10d::Backend {
   void abort() override;
   // The default timeout of the ops issued from now on.
   void setTimeout(std::chrono::milliseconds timeout) override;
+
+  // split_group (c10d's split path, taken where the default group has a
+  // device bound): the child's communicator comes from ops::split, else ops::init.
+  bool supportsSplitting() const override {
+    return true;
+  }
+  c10::intrusive_ptr<c10d::Backend> split(
+      const c10::intrusive_ptr<c10d::Store>& store,
+      const std::vector<int>& ranks,
+      const c10::intrusive_ptr<c10d::Backend::Options>& opts) override;
+  c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions() override;
 
   // The number of collectives (every op but send and receive) issued so far
   // on this rank, the same on every rank of a group that issues them in the
@@ -252,6 +312,8 @@ class BackendMyRdma2 : public c10d::Backend {
 
   const std::shared_ptr<Group> group_;
   const std::shared_ptr<Health> health_ = std::make_shared<Health>();
+  const std::shared_ptr<Library> library_;
+  const my_rdma2_collectives::Options options_;
   std::atomic<int64_t> timeoutMs_;  // the default op timeout (setTimeout)
   std::mutex streamsMutex_;
   std::map<c10::DeviceIndex, c10::Stream> streams_;  // the backend's CUDA stream per device

@@ -12,6 +12,8 @@
 // store's server. Use it as the expected behaviour while you write your own.
 #include "ops.hpp"
 
+#include <iostream>
+
 namespace store_all_collectives {
 
 bool supportsDtype(c10::ScalarType dtype) {
@@ -43,7 +45,7 @@ bool supportsReduction(Reduction op, c10::ScalarType dtype) {
 namespace {
 
 inline StoreExchange& exchange(const OpContext& ctx) {
-  return *ctx.group.exchange;
+  return *ctx.comm.exchange;
 }
 
 // Reduces one tensor per rank, in rank order, so every rank that reduces the
@@ -153,6 +155,33 @@ inline void reduceScatterFlat(
 } // namespace
 
 namespace ops {
+
+// The lifecycle of a group (see ops.hpp).
+
+std::shared_ptr<Communicator> init(const GroupInfo& group) {
+  if (group.options.verbose) {
+    std::cerr << group.backend << ": rank " << group.rank << " of " << group.size << " creates group "
+              << group.name << "\n";
+  }
+  auto comm = std::make_shared<Communicator>();
+  comm->options = group.options;
+  comm->exchange = std::make_shared<StoreExchange>(group.store.c10dStore());
+  return comm;
+}
+
+std::shared_ptr<Communicator> split(Communicator& parent, const GroupInfo& child) {
+  (void)parent;
+  (void)child;
+  return nullptr;  // each group's exchange is its own store: init() makes it
+}
+
+void finalize(Communicator& comm) {
+  comm.exchange->close();  // deletes what failed collectives left in the store
+}
+
+void abort(Communicator& comm) {
+  comm.exchange->abort();  // wakes the threads blocked on the store
+}
 
 // Copies the root's tensor into the tensor of every rank.
 void broadcast(const OpContext& ctx, at::Tensor& tensor, int root) {

@@ -10,56 +10,40 @@
 
 #include <ATen/core/Tensor.h>
 
-#include <atomic>
-#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "context.hpp"
 #include "store_exchange.hpp"
 
 namespace store_all_collectives {
 
-// The reduction of a reducing collective: c10d::ReduceOp without its headers.
-enum class Reduction { kSum, kAvg, kProduct, kMin, kMax, kBand, kBor, kBxor };
-
-// The name torch.distributed gives a reduction ("SUM", "AVG", ...).
-const char* reductionName(Reduction op);
-
-// The process group an op runs in. The backend creates one and shares it with
-// every op it runs; only `aborted` ever changes.
-struct Group {
-  std::string backend;               // the name registered with torch.distributed
-  int rank = 0;                      // this process's rank in the group
-  int size = 1;                      // number of ranks in the group
-  std::vector<int64_t> globalRanks;  // global rank of each rank of the group
-  std::string id;                    // torch.distributed's name for the group
-  std::atomic<bool> aborted{false};  // set when the group is destroyed
-  // Moves tensors between the ranks through the group's c10d Store.
-  std::shared_ptr<StoreExchange> exchange;
+// The options of a group: your library's settings, typed. Python passes them
+// as init_process_group("store_all", pg_options=store_all_collectives.Options(verbose=True))
+// (or new_group(..., pg_options=...)); a field not given there takes its value
+// from the environment variable STORE_ALL_<FIELD> (STORE_ALL_VERBOSE=1), else its
+// default here. Fields may be bool, int64_t, double or std::string.
+struct Options {
+  // An example: init reports each group it creates on stderr.
+  bool verbose = false;
 };
 
-// One op, as its body sees it.
-struct OpContext {
-  const Group& group;
-  const char* op;  // the op's name, e.g. "allreduce"
-  uint64_t seq;    // the op's number among this group's ops on this rank
-  // For a collective: its number among the group's collectives, the same on
-  // every rank (ranks issue a group's collectives in the same order). Use it
-  // to tell collectives apart on the wire.
-  uint64_t collective;
-  std::chrono::steady_clock::time_point deadline;  // give up after this
-  std::chrono::milliseconds timeout;               // the op's timeout
-  const std::atomic<bool>& cancelled;              // the op was failed or aborted
+// The fields Python and the environment may set, with their docs. List each
+// field of Options here: field("name", &Options::name, "what it does").
+template <typename Field>
+void describeOptions(Field&& field) {
+  field("verbose", &Options::verbose, "report each group created on stderr");
+}
 
-  // True once the op should give up: its deadline passed, it was cancelled,
-  // or the group was destroyed. Check it while waiting for peers.
-  bool expired() const {
-    return cancelled.load(std::memory_order_relaxed) ||
-        group.aborted.load(std::memory_order_relaxed) ||
-        std::chrono::steady_clock::now() > deadline;
-  }
+// Your library's state for one group, its communicator: ops::init creates
+// it when the group is created, every op body reaches it as ctx.comm, and
+// ops::finalize closes it when the group is destroyed.
+struct Communicator {
+  Options options;  // the group's options
+  // Moves tensors between the ranks through the group's c10d Store.
+  std::shared_ptr<StoreExchange> exchange;
 };
 
 // The element types and reductions this backend handles. They are checked on
@@ -83,6 +67,32 @@ bool supportsReduction(Reduction op, c10::ScalarType dtype);
 // its own send (irecv then isend, as batch_isend_irecv does). So send and
 // receive bodies must be safe to run alongside any other op body.
 namespace ops {
+
+// The lifecycle of a group, around its ops.
+//
+// init: called when torch.distributed creates a group, on the caller's
+// thread, on every rank of the group; returns the group's communicator.
+// Throw to fail the group's creation. The store lets ranks exchange what
+// your library needs to connect (a unique id, addresses).
+std::shared_ptr<Communicator> init(const GroupInfo& group);
+
+// split: for a group whose ranks are all in a group that exists already
+// (new_group and split_group): derive the child's communicator from the
+// parent's, on the child's ranks only; the parent's ops may run meanwhile.
+// Return nullptr to have init() called instead.
+std::shared_ptr<Communicator> split(Communicator& parent, const GroupInfo& child);
+
+// finalize: called once when the group is destroyed, after its last op
+// returned; release what init acquired. Not called when an op body was
+// still stuck after abort (it may still use the communicator).
+void finalize(Communicator& comm);
+
+// abort: called at most once, from any thread, when a collective failed or
+// timed out (the ranks no longer agree on what comes next), on
+// ProcessGroup.abort(), or when the group is destroyed while a body still
+// runs. It must make bodies stuck in your library return soon; afterwards
+// only finalize is called.
+void abort(Communicator& comm);
 
 // Copies the root's tensor into the tensor of every rank.
 void broadcast(const OpContext& ctx, at::Tensor& tensor, int root);

@@ -11,7 +11,7 @@
 #include <sstream>
 #include <thread>
 
-#include "ops.hpp"
+#include "context.hpp"
 
 namespace store_all_collectives {
 namespace {
@@ -308,6 +308,11 @@ void StoreExchange::deleteLeftovers(c10d::Store& store) {
     }
   }
   leftovers_.clear();
+}
+
+void StoreExchange::close() {
+  std::lock_guard<std::mutex> lock(waitMutex_);
+  deleteLeftovers(*store_);
 }
 
 void StoreExchange::abort() {

@@ -9,7 +9,8 @@
 // ops never see each other's data, and every key is deleted as soon as all its
 // readers have read it, so the store does not grow.
 //
-// Like ops.hpp this header includes only <ATen/core/Tensor.h>.
+// Like ops.hpp this header includes only <ATen/core/Tensor.h>; it uses
+// OpContext from context.hpp.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -76,9 +77,11 @@ class StoreExchange {
   // Receives from whichever rank sent first; returns that rank.
   int recvAnysource(const OpContext& ctx, at::Tensor& tensor, int tag);
 
-  // Wakes the threads blocked in a wait, so that their ops fail at once.
-  // Called when the group is destroyed.
+  // Wakes the threads blocked in a wait, so that their ops fail at once
+  // (ops::abort).
   void abort();
+  // Deletes what this rank put for collectives that failed (ops::finalize).
+  void close();
 
  private:
   // Starts one exchange of the current collective: numbers it.

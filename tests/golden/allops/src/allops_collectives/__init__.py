@@ -44,7 +44,17 @@ OPS = [
 ]
 #: Whether this build handles CUDA tensors.
 WITH_CUDA = _C.WITH_CUDA
+#: The options of a process group (the ``Options`` struct of csrc/ops.hpp):
+#: ``init_process_group(BACKEND_NAME, pg_options=Options(verbose=True))``. A field
+#: not given takes its value from the environment variable ``ALLOPS_<FIELD>``.
+Options = _C.Options
 
 dist.Backend.register_backend(
     BACKEND_NAME, _C.create_backend, extended_api=True, devices=DEVICES
 )
+
+
+def group_options(group: dist.ProcessGroup | None = None) -> Options:
+    """The :class:`Options` ``group`` (default: the default group) was created with."""
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    return _C.group_options(pg._get_backend(torch.device(DEVICES[0])))
