@@ -403,8 +403,8 @@ inline at::Tensor flatten(const std::vector<at::Tensor>& tensors) {
   return at::cat(flat);
 }
 
-// Ring reduce-scatter. pieces[i] (made by pieces()) is this rank's
-// contribution to piece i;
+// Ring reduce-scatter. pieces[i] (made by pieces() from `count` elements) is
+// this rank's contribution to piece i;
 // afterwards pieces[rank] holds the reduction of every rank's pieces[rank].
 //
 // In step s (0 <= s < n-1) each rank passes one piece to its right neighbour
@@ -413,13 +413,17 @@ inline at::Tensor flatten(const std::vector<at::Tensor>& tensors) {
 // each piece travels once around the ring collecting every rank's values,
 // and ends, complete, on the rank it belongs to. Every rank sends and
 // receives (n-1)/n of the data: the least any algorithm can.
-inline void ringReduceScatter(const OpContext& ctx, std::vector<at::Tensor>& pieces, Reduction op) {
+inline void ringReduceScatter(
+    const OpContext& ctx,
+    std::vector<at::Tensor>& pieces,
+    Reduction op,
+    int64_t count) {
   const int n = ctx.group.size;
   const int rank = ctx.group.rank;
   const int right = (rank + 1) % n;
   const int left = (rank + n - 1) % n;
   at::Tensor incoming = at::empty_like(pieces[0]);  // the largest piece
-  UcxMessages messages(ctx, ucx(ctx));
+  UcxMessages messages(ctx, ucx(ctx), count);
   for (int step = 0; step < n - 1; ++step) {
     const int sendPiece = (rank + 2 * n - step - 1) % n;
     const int recvPiece = (rank + 2 * n - step - 2) % n;
@@ -433,13 +437,14 @@ inline void ringReduceScatter(const OpContext& ctx, std::vector<at::Tensor>& pie
 
 // Ring all-gather. pieces[rank] holds this rank's piece; afterwards every
 // pieces[i] holds rank i's. In step s each rank passes on the piece it
-// received in step s-1 (its own first).
-inline void ringAllgather(const OpContext& ctx, std::vector<at::Tensor>& pieces) {
+// received in step s-1 (its own first). `count`: what every rank must agree
+// on (its input's size, or the size of the tensor all-reduced).
+inline void ringAllgather(const OpContext& ctx, std::vector<at::Tensor>& pieces, int64_t count) {
   const int n = ctx.group.size;
   const int rank = ctx.group.rank;
   const int right = (rank + 1) % n;
   const int left = (rank + n - 1) % n;
-  UcxMessages messages(ctx, ucx(ctx));
+  UcxMessages messages(ctx, ucx(ctx), count);
   for (int step = 0; step < n - 1; ++step) {
     messages.send(pieces[(rank + n - step) % n], right);
     messages.recv(pieces[(rank + n - step - 1) % n], left);
@@ -452,14 +457,14 @@ inline void ringAllgather(const OpContext& ctx, std::vector<at::Tensor>& pieces)
 inline void allgatherFlat(const OpContext& ctx, at::Tensor& output, const at::Tensor& input) {
   std::vector<at::Tensor> all = pieces(output, ctx.group.size);
   all[ctx.group.rank].copy_(input.reshape(-1));
-  ringAllgather(ctx, all);
+  ringAllgather(ctx, all, input.numel());
 }
 
 // Reduce-scatter of a flat host tensor (overwritten as scratch): this rank's
 // piece of the result goes to `output`.
 inline void reduceScatterFlat(const OpContext& ctx, at::Tensor& output, at::Tensor& scratch, Reduction op) {
   std::vector<at::Tensor> all = pieces(scratch, ctx.group.size);
-  ringReduceScatter(ctx, all, op);
+  ringReduceScatter(ctx, all, op, scratch.numel());
   at::Tensor mine = all[ctx.group.rank];
   finishAverage(mine, op, ctx.group.size);
   output.copy_(mine.view(output.sizes()));
@@ -474,7 +479,7 @@ inline void treeBroadcast(const OpContext& ctx, at::Tensor& data, int root) {
   const int n = ctx.group.size;
   const int v = (ctx.group.rank + n - root) % n;
   auto rankOf = [&](int vr) { return (vr + root) % n; };
-  UcxMessages messages(ctx, ucx(ctx));
+  UcxMessages messages(ctx, ucx(ctx), data.numel());
   int mask = 1;
   while (mask < n) {
     if (v & mask) {
@@ -501,7 +506,7 @@ inline void treeReduce(const OpContext& ctx, at::Tensor& acc, Reduction op, int 
   const int v = (ctx.group.rank + n - root) % n;
   auto rankOf = [&](int vr) { return (vr + root) % n; };
   at::Tensor incoming = at::empty_like(acc);
-  UcxMessages messages(ctx, ucx(ctx));
+  UcxMessages messages(ctx, ucx(ctx), acc.numel());
   for (int mask = 1; mask < n; mask <<= 1) {
     if (v & mask) {
       messages.send(acc, rankOf(v - mask));

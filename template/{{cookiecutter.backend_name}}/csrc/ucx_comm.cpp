@@ -160,28 +160,19 @@ bool UcxComm::progress() {
   return ucp_worker_progress(worker_) != 0;
 }
 
-bool UcxComm::done(UcxRequest& r) {
+bool UcxComm::done(UcxRequest& r, ucs_status_t& status) {
   if (r.request == nullptr) {
-    return true;  // completed when posted
+    status = UCS_OK;  // completed when posted
+    return true;
   }
-  ucs_status_t status;
+  std::lock_guard<std::mutex> lock(mutex_);
   ucp_tag_recv_info_t info{};
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    status = r.receive ? ucp_tag_recv_request_test(r.request, &info)
-                       : ucp_request_check_status(r.request);
-    if (status == UCS_INPROGRESS) {
-      return false;
-    }
-    ucp_request_free(r.request);
-    r.request = nullptr;
+  status = r.receive ? ucp_tag_recv_request_test(r.request, &info) : ucp_request_check_status(r.request);
+  if (status == UCS_INPROGRESS) {
+    return false;
   }
-  if (status == UCS_ERR_MESSAGE_TRUNCATED) {
-    TORCH_CHECK(false, "rank ", r.peer, " sent more than the ", r.tensor.numel(),
-        " elements this rank expects");
-  }
-  TORCH_CHECK(status == UCS_OK, "a message ", r.receive ? "from" : "to", " rank ", r.peer,
-      " failed: ", ucs_status_string(status));
+  ucp_request_free(r.request);
+  r.request = nullptr;
   r.senderTag = info.sender_tag;
   r.length = info.length;
   return true;
@@ -231,7 +222,8 @@ void UcxComm::progressAbandoned() {
 // ---------------------------------------------------------------------------
 // UcxMessages
 
-UcxMessages::UcxMessages(const OpContext& ctx, UcxComm& comm) : ctx_(ctx), comm_(comm) {}
+UcxMessages::UcxMessages(const OpContext& ctx, UcxComm& comm, int64_t count)
+    : ctx_(ctx), comm_(comm), count_(count) {}
 
 UcxMessages::~UcxMessages() {
   if (!pending_.empty()) {
@@ -240,12 +232,12 @@ UcxMessages::~UcxMessages() {
 }
 
 void UcxMessages::send(const at::Tensor& tensor, int dst) {
-  pending_.push_back(comm_.send(tensor, dst, ucx_tag::collective(ctx_.collective, comm_.rank())));
+  const int64_t count = count_ == kAnyCount ? 0 : count_;
+  pending_.push_back(comm_.send(tensor, dst, ucx_tag::collective(ctx_.collective, count, comm_.rank())));
 }
 
 void UcxMessages::recv(at::Tensor& tensor, int src) {
-  pending_.push_back(comm_.recv(
-      tensor, src, ucx_tag::collective(ctx_.collective, src), ucx_tag::kMatchAll));
+  pending_.push_back(comm_.recv(tensor, src, ucx_tag::collective(ctx_.collective, 0, src), ucx_tag::kFromOne));
 }
 
 void UcxMessages::sendTagged(const at::Tensor& tensor, int dst, int tag) {
@@ -254,10 +246,25 @@ void UcxMessages::sendTagged(const at::Tensor& tensor, int dst, int tag) {
 
 void UcxMessages::recvTagged(at::Tensor& tensor, int src, int tag) {
   if (src < 0) {
-    pending_.push_back(comm_.recv(tensor, -1, ucx_tag::pointToPoint(tag, 0), ucx_tag::kAnySource));
+    pending_.push_back(comm_.recv(tensor, -1, ucx_tag::pointToPoint(tag, 0), ucx_tag::kFromAny));
   } else {
-    pending_.push_back(comm_.recv(tensor, src, ucx_tag::pointToPoint(tag, src), ucx_tag::kMatchAll));
+    pending_.push_back(comm_.recv(tensor, src, ucx_tag::pointToPoint(tag, src), ucx_tag::kFromOne));
   }
+}
+
+// Throws unless the completed receive `r` brought what this rank expects.
+void UcxMessages::checkReceived(const UcxRequest& r, ucs_status_t status) const {
+  const int sender = ucx_tag::source(r.senderTag);
+  if (count_ != kAnyCount) {
+    const int64_t mine = count_ & ((int64_t{1} << ucx_tag::kCountBits) - 1);
+    TORCH_CHECK(ucx_tag::count(r.senderTag) == mine || status == UCS_ERR_CANCELED,
+        "rank ", sender, " sent ", ucx_tag::count(r.senderTag), " elements, but this rank expects ", count_);
+  }
+  TORCH_CHECK(status != UCS_ERR_MESSAGE_TRUNCATED, "rank ", sender, " sent ", r.length,
+      " bytes, more than the ", r.tensor.nbytes(), " this rank expects");
+  TORCH_CHECK(status == UCS_OK, "a message from rank ", r.peer, " failed: ", ucs_status_string(status));
+  TORCH_CHECK(r.length == r.tensor.nbytes(), "rank ", sender, " sent ", r.length,
+      " bytes, but this rank expects ", r.tensor.nbytes());
 }
 
 int UcxMessages::wait() {
@@ -267,15 +274,14 @@ int UcxMessages::wait() {
   size_t finished = 0;  // pending_[0, finished) are done
   while (finished < pending_.size()) {
     const bool moved = comm_.progress();
-    while (finished < pending_.size()) {
-      UcxRequest& r = pending_[finished];
-      if (!comm_.done(r)) {
-        break;
-      }
+    ucs_status_t status = UCS_OK;
+    while (finished < pending_.size() && comm_.done(pending_[finished], status)) {
+      const UcxRequest& r = pending_[finished];
       if (r.receive) {
+        checkReceived(r, status);
         lastSource_ = ucx_tag::source(r.senderTag);
-        TORCH_CHECK(r.length == r.tensor.nbytes(), "rank ", lastSource_, " sent ",
-            r.length / r.tensor.element_size(), " elements, but this rank expects ", r.tensor.numel());
+      } else {
+        TORCH_CHECK(status == UCS_OK, "a message to rank ", r.peer, " failed: ", ucs_status_string(status));
       }
       ++finished;
     }
@@ -285,12 +291,16 @@ int UcxMessages::wait() {
     if (ctx_.expired() || comm_.aborted()) {
       TORCH_CHECK(!ctx_.group.aborted.load(), "the process group was destroyed");
       TORCH_CHECK(!comm_.aborted(), "the process group was aborted");
-      std::ostringstream missing;
+      std::ostringstream from;
+      std::ostringstream to;
       for (size_t i = finished; i < pending_.size(); ++i) {
-        missing << (i > finished ? ", " : "") << pending_[i].peer;
+        std::ostringstream& list = pending_[i].receive ? from : to;
+        list << (list.tellp() > 0 ? ", " : "") << (pending_[i].peer < 0 ? "any" : std::to_string(pending_[i].peer));
       }
-      TORCH_CHECK(false, "messages to or from rank(s) ", missing.str(), " did not complete within the op's ",
-          ctx_.timeout.count(), " ms timeout");
+      TORCH_CHECK(from.tellp() == 0, "nothing from rank(s) ", from.str(), " within the op's ",
+          ctx_.timeout.count(), " ms timeout (has a rank died, or called another op?)");
+      TORCH_CHECK(false, "rank(s) ", to.str(), " did not take this rank's messages within the op's ",
+          ctx_.timeout.count(), " ms timeout (has a rank died, or called another op?)");
     }
     idleRounds = moved ? 0 : idleRounds + 1;
     if (idleRounds > 100) {

@@ -43,24 +43,33 @@ namespace {{ p.package }} {
 // The 64-bit tag of a message:
 //
 //   bit  63      0: a collective's message, 1: a point-to-point message
-//   bits 62..20  the collective's number (ctx.collective), or the p2p tag
+//   collective:  bits 62..44  the collective's number (ctx.collective)
+//                bits 43..20  the element count every rank must agree on
+//                             (modulo 2^24; 0 where counts may differ)
+//   p2p:         bits 51..20  the user's tag
 //   bits 19..0   the sending rank
 //
-// A receive from one rank matches all 64 bits; a receive from any rank
-// ignores the low 20, and the sender is read back from the message's tag.
+// A receive matches the number (or p2p tag) and, when it names one, the
+// sender; it never matches the count. It reads the sender's count back from
+// the message's tag instead, so ranks that disagree on a collective's size
+// get an error that says so, rather than a truncated message or a hang.
 // UCX matches the messages of one sender with one tag in the order they were
 // sent, so the steps of an algorithm need no tags of their own: a rank posts
 // the receive of step s+1 after the one of step s, and so does every sender.
 namespace ucx_tag {
 constexpr int kSourceBits = 20;
+constexpr int kCountBits = 24;
 constexpr uint64_t kSourceMask = (uint64_t{1} << kSourceBits) - 1;
+constexpr uint64_t kCountMask = ((uint64_t{1} << kCountBits) - 1) << kSourceBits;
 constexpr uint64_t kPointToPoint = uint64_t{1} << 63;
-constexpr uint64_t kNumberMask = kPointToPoint - 1 - kSourceMask;
-constexpr uint64_t kMatchAll = ~uint64_t{0};
-constexpr uint64_t kAnySource = ~kSourceMask;
+// What a receive compares: everything but the count, with or without the sender.
+constexpr uint64_t kFromOne = ~kCountMask;
+constexpr uint64_t kFromAny = ~kCountMask & ~kSourceMask;
 
-inline uint64_t collective(uint64_t number, int source) {
-  return ((number << kSourceBits) & kNumberMask) | static_cast<uint64_t>(source);
+inline uint64_t collective(uint64_t number, int64_t count, int source) {
+  const uint64_t numberBits = (number << (kSourceBits + kCountBits)) & (kPointToPoint - 1);
+  const uint64_t countBits = (static_cast<uint64_t>(count) << kSourceBits) & kCountMask;
+  return numberBits | countBits | static_cast<uint64_t>(source);
 }
 
 inline uint64_t pointToPoint(int tag, int source) {
@@ -70,6 +79,10 @@ inline uint64_t pointToPoint(int tag, int source) {
 
 inline int source(uint64_t tag) {
   return static_cast<int>(tag & kSourceMask);
+}
+
+inline int64_t count(uint64_t tag) {
+  return static_cast<int64_t>((tag & kCountMask) >> kSourceBits);
 }
 } // namespace ucx_tag
 
@@ -107,9 +120,9 @@ class UcxComm {
   // Moves data. Returns whether anything happened.
   bool progress();
 
-  // Whether `r` is complete; throws if it failed. A completed receive has
-  // its senderTag and length set.
-  bool done(UcxRequest& r);
+  // Whether `r` is complete (with `status`: UCS_OK, or what went wrong). A
+  // completed receive has its senderTag and length set.
+  bool done(UcxRequest& r, ucs_status_t& status);
 
   // Makes every wait give up (ops::abort): the group is not used again.
   void abort() { aborted_.store(true); }
@@ -146,7 +159,11 @@ class UcxComm {
 // A UcxMessages can be reused: wait(), then post the next step's messages.
 class UcxMessages {
  public:
-  UcxMessages(const OpContext& ctx, UcxComm& comm);
+  // `count`: for a collective whose ranks must all have the same number of
+  // elements (all_reduce, broadcast...), that number; each receive checks
+  // the sender's. kAnyCount where counts may differ (all_to_all, gather...).
+  static constexpr int64_t kAnyCount = -1;
+  UcxMessages(const OpContext& ctx, UcxComm& comm, int64_t count = kAnyCount);
   // If the op fails with messages still in flight, hands them to
   // UcxComm::abandon().
   ~UcxMessages();
@@ -165,7 +182,8 @@ class UcxMessages {
 
   // Progresses UCX until every posted message is done, and returns the
   // sender of the last receive. Throws when the op expires first, naming the
-  // ranks whose messages are missing, or when a message fails.
+  // ranks whose messages are missing, when a message fails, or when a
+  // sender's count or message size is not what this rank expects.
   int wait();
 
   // Leaves the sends to complete on their own (a send of a copy that
@@ -173,8 +191,11 @@ class UcxMessages {
   void detach();
 
  private:
+  void checkReceived(const UcxRequest& r, ucs_status_t status) const;
+
   const OpContext& ctx_;
   UcxComm& comm_;
+  int64_t count_;
   std::vector<UcxRequest> pending_;
   int lastSource_ = -1;
 };
