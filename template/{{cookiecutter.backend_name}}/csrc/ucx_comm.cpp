@@ -237,7 +237,7 @@ void UcxMessages::send(const at::Tensor& tensor, int dst) {
 }
 
 void UcxMessages::recv(at::Tensor& tensor, int src) {
-  pending_.push_back(comm_.recv(tensor, src, ucx_tag::collective(ctx_.collective, 0, src), ucx_tag::kFromOne));
+  pending_.push_back(comm_.recv(tensor, src, ucx_tag::collective(ctx_.collective, 0, src), ucx_tag::kCollective));
 }
 
 void UcxMessages::sendTagged(const at::Tensor& tensor, int dst, int tag) {

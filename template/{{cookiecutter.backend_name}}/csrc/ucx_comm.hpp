@@ -62,9 +62,11 @@ constexpr int kCountBits = 24;
 constexpr uint64_t kSourceMask = (uint64_t{1} << kSourceBits) - 1;
 constexpr uint64_t kCountMask = ((uint64_t{1} << kCountBits) - 1) << kSourceBits;
 constexpr uint64_t kPointToPoint = uint64_t{1} << 63;
-// What a receive compares: everything but the count, with or without the sender.
-constexpr uint64_t kFromOne = ~kCountMask;
-constexpr uint64_t kFromAny = ~kCountMask & ~kSourceMask;
+// What a receive compares: a collective's, everything but the count; a
+// point-to-point one's, everything but (from any rank) the sender.
+constexpr uint64_t kCollective = ~kCountMask;
+constexpr uint64_t kFromOne = ~uint64_t{0};
+constexpr uint64_t kFromAny = ~kSourceMask;
 
 inline uint64_t collective(uint64_t number, int64_t count, int source) {
   const uint64_t numberBits = (number << (kSourceBits + kCountBits)) & (kPointToPoint - 1);
