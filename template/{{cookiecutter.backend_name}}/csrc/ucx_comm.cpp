@@ -19,10 +19,6 @@ std::string addressKey(int rank) {
   return "ucx/address/" + std::to_string(rank);
 }
 
-// Called by UCX when a connection to a peer fails (the peer died). The
-// requests on that endpoint then complete with an error, which done() reports.
-void onEndpointError(void* /* arg */, ucp_ep_h /* ep */, ucs_status_t /* status */) {}
-
 // Waits for a UCX request made outside any op (closing an endpoint), for at
 // most `limit`.
 void waitBriefly(ucp_worker_h worker, void* request, std::chrono::milliseconds limit) {
@@ -81,13 +77,12 @@ UcxComm::UcxComm(Bootstrap& store, int rank, int size)
     for (int peer = 0; peer < size_; ++peer) {
       const std::vector<uint8_t> peerAddress = store.get(addressKey(peer));
       ucp_ep_params_t epParams{};
-      epParams.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
-          UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+      epParams.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
       epParams.address = reinterpret_cast<const ucp_address_t*>(peerAddress.data());
-      // A peer that dies fails the messages to it instead of the process.
-      epParams.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-      epParams.err_handler.cb = onEndpointError;
-      epParams.err_handler.arg = nullptr;
+      // No peer-failure handling: in UCX 1.13 asking for it rules out the
+      // shared-memory transports (only TCP is left on one host). A peer that
+      // dies is noticed by the op's timeout instead (UcxMessages::wait).
+      epParams.err_mode = UCP_ERR_HANDLING_MODE_NONE;
       ucp_ep_h ep = nullptr;
       checkUcx(ucp_ep_create(worker_, &epParams, &ep), "ucp_ep_create");
       endpoints_.push_back(ep);
