@@ -26,6 +26,8 @@ GOLDEN_CASES: dict[str, tuple[str, ...]] = {
     "store_all": ("store_all", "--impl", "store", "--ops", "all"),
     # Every op over MPI.
     "mpi_all": ("mpi_all", "--impl", "mpi", "--ops", "all"),
+    # Every op as ring, tree and pairwise algorithms over UCX's tagged messages.
+    "ucx_all": ("ucx_all", "--impl", "ucx", "--ops", "all"),
     # A name with underscores and a digit (C++ class MyRdma2) and ops given by alias.
     "my_rdma2": (
         "my_rdma2",

@@ -84,6 +84,15 @@ def built_mpi(tmp_path_factory: pytest.TempPathFactory) -> Built:
     return build(rendered.target, tmp_path_factory.mktemp("build-mpi"))
 
 
+@pytest.fixture(scope="session")
+def built_ucx(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    """Every op over UCX (Debian's libucx-dev, which .ci/run installs), built."""
+    rendered = generate_project(
+        "ucx_all", ops="all", impl="ucx", output_dir=tmp_path_factory.mktemp("render")
+    )
+    return build(rendered.target, tmp_path_factory.mktemp("build-ucx"))
+
+
 def summary_counts(output: str) -> dict[str, int]:
     """``{"passed": 15, "failed": 1, ...}`` from pytest's closing line."""
     closing = [line for line in output.splitlines() if re.search(r"\d+ \w+.* in [\d.]+s", line)]
@@ -152,3 +161,8 @@ def test_store_project_builds_and_passes_its_own_tests(built_store: Built) -> No
 def test_mpi_project_builds_and_passes_its_own_tests(built_mpi: Built) -> None:
     """Every op, dtype and reduce op against gloo, subgroups, failures, launches: under mpirun."""
     run_own_tests(built_mpi)
+
+
+def test_ucx_project_builds_and_passes_its_own_tests(built_ucx: Built) -> None:
+    """Every op, dtype and reduce op against gloo, subgroups, failures, over UCX."""
+    run_own_tests(built_ucx)

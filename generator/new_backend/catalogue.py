@@ -48,6 +48,7 @@ class Op:
     test: str
     store: str = ""
     mpi: str = ""
+    ucx: str = ""
     inputs: str = ""
     since: str | None = None
     queue: str = "ops"
@@ -56,7 +57,7 @@ class Op:
     op_type_renamed: Rename | None = None
 
     def body_for(self, impl: str) -> str:
-        """The C++ body of this op in ops.cpp for an implementation (dummy, store, mpi)."""
+        """The C++ body of this op in ops.cpp for an implementation (dummy, store, mpi, ucx)."""
         return getattr(self, impl)
 
     @property

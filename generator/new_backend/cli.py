@@ -128,7 +128,8 @@ CONTEXT = {"help_option_names": ["-h", "--help"]}
     type=click.Choice(IMPLEMENTATIONS),
     help="What the ops do: 'dummy' zeroes outputs (the tutorial's backend); 'store' is a "
     "working reference implementation of every op over the c10d Store; 'mpi' runs every op "
-    "on an MPI library (MPICH, Open MPI), for clusters launched with mpirun or srun. "
+    "on an MPI library (MPICH, Open MPI), for clusters launched with mpirun or srun; 'ucx' "
+    "runs ring and tree algorithms over UCX's tagged messages (the teaching example). "
     "[default: dummy]",
 )
 @click.option(

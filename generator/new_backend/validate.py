@@ -131,7 +131,7 @@ CPP_KEYWORDS = frozenset(
 
 DEVICES = ("cpu", "cuda")
 DEFAULT_DEVICES = ("cpu", "cuda")
-IMPLEMENTATIONS = ("dummy", "store", "mpi")
+IMPLEMENTATIONS = ("dummy", "store", "mpi", "ucx")
 DEFAULT_NAME = "dummy"
 DEFAULT_OPS = ("allreduce", "allgather")
 

@@ -14,8 +14,10 @@ ONLY_FOR = {
     "csrc/store_exchange.cpp": {"store"},
     "csrc/mpi_comm.hpp": {"mpi"},
     "csrc/mpi_comm.cpp": {"mpi"},
-    "tests/test_failures.py": {"store", "mpi"},
-    "tests/test_matrix.py": {"store", "mpi"},
+    "csrc/ucx_comm.hpp": {"ucx"},
+    "csrc/ucx_comm.cpp": {"ucx"},
+    "tests/test_failures.py": {"store", "mpi", "ucx"},
+    "tests/test_matrix.py": {"store", "mpi", "ucx"},
 }
 
 for path, impls in ONLY_FOR.items():

@@ -28,13 +28,13 @@ runs without LD_LIBRARY_PATH.
 """
 
 import os
-{%- if p.impl == "mpi" or p.library %}
+{%- if p.impl in ("mpi", "ucx") or p.library %}
 import shlex
 {%- endif %}
 {%- if p.impl == "mpi" %}
 import shutil
 {%- endif %}
-{%- if p.impl == "mpi" or p.library %}
+{%- if p.impl in ("mpi", "ucx") or p.library %}
 import subprocess
 import sys
 {%- endif %}
@@ -133,6 +133,38 @@ def find_mpi() -> Mpi:
         if mpi is not None:
             return mpi
     sys.exit(f"error: {NO_MPI}")
+{%- elif p.impl == "ucx" %}
+
+NO_UCX = "error: UCX not found: apt-get install libucx-dev (or set UCX_HOME to a UCX installation)"
+
+
+def find_ucx() -> dict:
+    """Compiler and linker settings for UCX: UCX_HOME, else pkg-config; exits with how to get it."""
+    home = os.environ.get("UCX_HOME")
+    if home:
+        include = Path(home) / "include"
+        libdir = next((d for d in (Path(home) / "lib64", Path(home) / "lib") if list(d.glob("libucp.*"))), None)
+        if not (include / "ucp" / "api" / "ucp.h").is_file() or libdir is None:
+            sys.exit(f"error: UCX_HOME={home} has no include/ucp/api/ucp.h and lib/libucp.so")
+        return dict(
+            include_dirs=[str(include)],
+            library_dirs=[str(libdir)],
+            libraries=["ucp", "uct", "ucs"],
+            extra_link_args=[f"-Wl,-rpath,{libdir}"],
+        )
+    try:
+        done = subprocess.run(["pkg-config", "--cflags", "--libs", "ucx"], capture_output=True, text=True)
+    except OSError:
+        sys.exit(NO_UCX)
+    if done.returncode != 0:
+        sys.exit(NO_UCX)
+    words = shlex.split(done.stdout)
+    return dict(
+        include_dirs=[w[2:] for w in words if w.startswith("-I")],
+        library_dirs=[w[2:] for w in words if w.startswith("-L")],
+        libraries=[w[2:] for w in words if w.startswith("-l")],
+        extra_link_args=[f"-Wl,-rpath,{w[2:]}" for w in words if w.startswith("-L")],
+    )
 {%- endif %}
 
 
@@ -224,6 +256,8 @@ def get_extensions():
 {%- if p.impl == "mpi" %}
     mpi = find_mpi()
     print(f"{{ p.package }}: building against the MPI of {mpi.source}")
+{%- elif p.impl == "ucx" %}
+    ucx = find_ucx()
 {%- endif %}
 {%- if p.library %}
     library = find_library()
@@ -243,6 +277,11 @@ def get_extensions():
             library_dirs=mpi.library_dirs,
             libraries=mpi.libraries,
             extra_link_args=mpi.link_args,
+{%- elif p.impl == "ucx" %}
+            include_dirs=[str(ROOT / "csrc"), *ucx["include_dirs"]],
+            library_dirs=ucx["library_dirs"],
+            libraries=ucx["libraries"],
+            extra_link_args=ucx["extra_link_args"],
 {%- elif p.library %}
             include_dirs=[str(ROOT / "csrc"), *library.include_dirs],
             library_dirs=library.library_dirs,

@@ -21,8 +21,22 @@
 // own memory. The body starts the call and returns; the worker thread
 // completes the op when MPI has (see MpiOp in mpi_comm.hpp), so the group's
 // next ops start meanwhile.
+{%- elif p.impl == "ucx" %}
+// As generated, every collective is a classic algorithm written out over
+// UCX's tagged messages (see UcxMessages in ucx_comm.hpp): ring reduce-scatter
+// and all-gather (together, all_reduce), binomial trees for broadcast and
+// reduce, pairwise exchange for all_to_all, dissemination for barrier. They
+// work on host memory: CUDA tensors are staged through a host copy.
 {%- endif %}
 #include "ops.hpp"
+{%- if p.impl == "ucx" %}
+
+#include <ATen/ops/cat.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/maximum.h>
+#include <ATen/ops/minimum.h>
+{%- endif %}
 
 #include <iostream>
 {%- if p.impl == "mpi" %}
@@ -257,6 +271,278 @@ inline const void* inPlaceIfAliased(const Buffer& send, const Buffer& recv, int 
 }
 
 } // namespace
+{%- elif p.impl == "ucx" %}
+
+bool supportsDtype(c10::ScalarType dtype) {
+  // Any fixed-size element travels as bytes.
+  return !c10::isQIntType(dtype) && !c10::isBitsType(dtype);
+}
+
+bool supportsReduction(Reduction op, c10::ScalarType dtype) {
+  if (c10::isFloat8Type(dtype) || c10::isBarebonesUnsignedType(dtype)) {
+    return false;  // no CPU arithmetic for these
+  }
+  switch (op) {
+    case Reduction::kBand:
+    case Reduction::kBor:
+    case Reduction::kBxor:
+      return c10::isIntegralType(dtype, /*includeBool=*/true);
+    case Reduction::kAvg:
+      return c10::isFloatingType(dtype) || c10::isComplexType(dtype);
+    case Reduction::kMin:
+    case Reduction::kMax:
+      return !c10::isComplexType(dtype);
+    default:
+      return true;
+  }
+}
+
+// The building blocks of the algorithms (inline: a backend with few ops does
+// not use them all).
+namespace {
+
+// The group's UCX connections (made by ops::init).
+inline UcxComm& ucx(const OpContext& ctx) {
+  return *ctx.comm.ucx;
+}
+
+// The tensor as UCX can send it: contiguous, in host memory. The tensor
+// itself when it already is.
+inline at::Tensor onHost(const at::Tensor& tensor) {
+  return tensor.to(at::kCPU).contiguous();
+}
+
+// A contiguous host copy of the tensor, to send or to use as scratch.
+inline at::Tensor hostCopy(const at::Tensor& tensor) {
+  return tensor.to(at::kCPU).clone(at::MemoryFormat::Contiguous);
+}
+
+// Copies `host` (made by onHost(tensor)) back into `tensor`, unless it is
+// `tensor` itself.
+inline void writeBack(at::Tensor& tensor, const at::Tensor& host) {
+  if (!host.is_same(tensor)) {
+    tensor.copy_(host.view(tensor.sizes()));
+  }
+}
+
+// acc = acc (op) x, element by element.
+inline void reduceInto(at::Tensor& acc, const at::Tensor& x, Reduction op) {
+  switch (op) {
+    case Reduction::kSum:
+    case Reduction::kAvg:  // divided by the group size at the end
+      acc.add_(x);
+      break;
+    case Reduction::kProduct:
+      acc.mul_(x);
+      break;
+    case Reduction::kMin:
+      at::minimum_out(acc, acc, x);
+      break;
+    case Reduction::kMax:
+      at::maximum_out(acc, acc, x);
+      break;
+    case Reduction::kBand:
+      acc.bitwise_and_(x);
+      break;
+    case Reduction::kBor:
+      acc.bitwise_or_(x);
+      break;
+    case Reduction::kBxor:
+      acc.bitwise_xor_(x);
+      break;
+  }
+}
+
+// The last step of an average: the sum divided by the number of ranks.
+inline void finishAverage(at::Tensor& sum, Reduction op, int ranks) {
+  if (op == Reduction::kAvg) {
+    sum.div_(ranks);
+  }
+}
+
+// Cuts a flat tensor into `n` consecutive pieces whose sizes differ by at
+// most one element (views: writing a piece writes the tensor).
+inline std::vector<at::Tensor> pieces(const at::Tensor& flat, int n) {
+  std::vector<at::Tensor> result;
+  const int64_t total = flat.numel();
+  int64_t offset = 0;
+  for (int i = 0; i < n; ++i) {
+    const int64_t count = total / n + (i < total % n ? 1 : 0);
+    result.push_back(flat.narrow(0, offset, count));
+    offset += count;
+  }
+  return result;
+}
+
+// Cuts `tensor`, flattened, into consecutive pieces of `counts` elements.
+inline std::vector<at::Tensor> piecesOf(const at::Tensor& flat, const std::vector<int64_t>& counts) {
+  std::vector<at::Tensor> result;
+  int64_t offset = 0;
+  for (int64_t count : counts) {
+    result.push_back(flat.narrow(0, offset, count));
+    offset += count;
+  }
+  return result;
+}
+
+// Elements per row of dimension 0 (what all_to_all_single splits count).
+inline int64_t rowNumel(const at::Tensor& tensor) {
+  int64_t n = 1;
+  for (int64_t d = 1; d < tensor.dim(); ++d) {
+    n *= tensor.size(d);
+  }
+  return n;
+}
+
+// The tensors, one after the other, in one flat host buffer.
+inline at::Tensor flatten(const std::vector<at::Tensor>& tensors) {
+  std::vector<at::Tensor> flat;
+  for (const at::Tensor& t : tensors) {
+    flat.push_back(t.reshape(-1).to(at::kCPU));
+  }
+  return at::cat(flat);
+}
+
+// Ring reduce-scatter. pieces[i] (made by pieces() from `count` elements) is
+// this rank's contribution to piece i;
+// afterwards pieces[rank] holds the reduction of every rank's pieces[rank].
+//
+// In step s (0 <= s < n-1) each rank passes one piece to its right neighbour
+// and adds the piece coming from its left neighbour into its own copy of it.
+// The piece a rank receives in step s is the one it sends in step s+1, so
+// each piece travels once around the ring collecting every rank's values,
+// and ends, complete, on the rank it belongs to. Every rank sends and
+// receives (n-1)/n of the data: the least any algorithm can.
+inline void ringReduceScatter(
+    const OpContext& ctx,
+    std::vector<at::Tensor>& pieces,
+    Reduction op,
+    int64_t count) {
+  const int n = ctx.group.size;
+  const int rank = ctx.group.rank;
+  const int right = (rank + 1) % n;
+  const int left = (rank + n - 1) % n;
+  at::Tensor incoming = at::empty_like(pieces[0]);  // the largest piece
+  UcxMessages messages(ctx, ucx(ctx), count);
+  for (int step = 0; step < n - 1; ++step) {
+    const int sendPiece = (rank + 2 * n - step - 1) % n;
+    const int recvPiece = (rank + 2 * n - step - 2) % n;
+    at::Tensor received = incoming.narrow(0, 0, pieces[recvPiece].numel());
+    messages.send(pieces[sendPiece], right);
+    messages.recv(received, left);
+    messages.wait();
+    reduceInto(pieces[recvPiece], received, op);
+  }
+}
+
+// Ring all-gather. pieces[rank] holds this rank's piece; afterwards every
+// pieces[i] holds rank i's. In step s each rank passes on the piece it
+// received in step s-1 (its own first). `count`: what every rank must agree
+// on (its input's size, or the size of the tensor all-reduced).
+inline void ringAllgather(const OpContext& ctx, std::vector<at::Tensor>& pieces, int64_t count) {
+  const int n = ctx.group.size;
+  const int rank = ctx.group.rank;
+  const int right = (rank + 1) % n;
+  const int left = (rank + n - 1) % n;
+  UcxMessages messages(ctx, ucx(ctx), count);
+  for (int step = 0; step < n - 1; ++step) {
+    messages.send(pieces[(rank + n - step) % n], right);
+    messages.recv(pieces[(rank + n - step - 1) % n], left);
+    messages.wait();
+  }
+}
+
+// All-gather of `input` into `output`, a flat host tensor of size * numel
+// elements: rank r's input lands at r * numel.
+inline void allgatherFlat(const OpContext& ctx, at::Tensor& output, const at::Tensor& input) {
+  std::vector<at::Tensor> all = pieces(output, ctx.group.size);
+  all[ctx.group.rank].copy_(input.reshape(-1));
+  ringAllgather(ctx, all, input.numel());
+}
+
+// Reduce-scatter of a flat host tensor (overwritten as scratch): this rank's
+// piece of the result goes to `output`.
+inline void reduceScatterFlat(const OpContext& ctx, at::Tensor& output, at::Tensor& scratch, Reduction op) {
+  std::vector<at::Tensor> all = pieces(scratch, ctx.group.size);
+  ringReduceScatter(ctx, all, op, scratch.numel());
+  at::Tensor mine = all[ctx.group.rank];
+  finishAverage(mine, op, ctx.group.size);
+  output.copy_(mine.view(output.sizes()));
+}
+
+// Binomial-tree broadcast from `root` of a contiguous host tensor.
+//
+// Number the ranks from the root (v = rank - root, mod n). A rank receives
+// from v minus its lowest set bit, then sends to v + 2^k for every 2^k below
+// that bit: the root reaches n ranks in log2(n) rounds.
+inline void treeBroadcast(const OpContext& ctx, at::Tensor& data, int root) {
+  const int n = ctx.group.size;
+  const int v = (ctx.group.rank + n - root) % n;
+  auto rankOf = [&](int vr) { return (vr + root) % n; };
+  UcxMessages messages(ctx, ucx(ctx), data.numel());
+  int mask = 1;
+  while (mask < n) {
+    if (v & mask) {
+      messages.recv(data, rankOf(v - mask));
+      messages.wait();
+      break;
+    }
+    mask <<= 1;
+  }
+  for (mask >>= 1; mask > 0; mask >>= 1) {
+    if (v + mask < n) {
+      messages.send(data, rankOf(v + mask));
+    }
+  }
+  messages.wait();
+}
+
+// Binomial-tree reduce to `root`: the broadcast's tree, walked upwards. Each
+// rank adds in what its children send, then sends the sum to its parent.
+// `acc` (contiguous host) starts as this rank's values and ends, on the
+// root, as the result.
+inline void treeReduce(const OpContext& ctx, at::Tensor& acc, Reduction op, int root) {
+  const int n = ctx.group.size;
+  const int v = (ctx.group.rank + n - root) % n;
+  auto rankOf = [&](int vr) { return (vr + root) % n; };
+  at::Tensor incoming = at::empty_like(acc);
+  UcxMessages messages(ctx, ucx(ctx), acc.numel());
+  for (int mask = 1; mask < n; mask <<= 1) {
+    if (v & mask) {
+      messages.send(acc, rankOf(v - mask));
+      messages.wait();
+      return;
+    }
+    if (v + mask < n) {
+      messages.recv(incoming, rankOf(v + mask));
+      messages.wait();
+      reduceInto(acc, incoming, op);
+    }
+  }
+  finishAverage(acc, op, n);  // only the root gets here
+}
+
+// Pairwise all-to-all: in step s each rank sends to rank + s and receives
+// from rank - s, so every pair exchanges exactly once and no rank is
+// flooded. toSend[r] goes to rank r; received[r] is filled from rank r.
+inline void pairwiseAlltoall(
+    const OpContext& ctx,
+    const std::vector<at::Tensor>& toSend,
+    std::vector<at::Tensor>& received) {
+  const int n = ctx.group.size;
+  const int rank = ctx.group.rank;
+  received[rank].copy_(toSend[rank]);
+  UcxMessages messages(ctx, ucx(ctx));
+  for (int step = 1; step < n; ++step) {
+    const int dst = (rank + step) % n;
+    const int src = (rank + n - step) % n;
+    messages.send(toSend[dst], dst);
+    messages.recv(received[src], src);
+    messages.wait();
+  }
+}
+
+} // namespace
 {%- endif %}
 
 namespace ops {
@@ -278,6 +564,9 @@ std::shared_ptr<Communicator> init(const GroupInfo& group) {
 {%- elif p.impl == "mpi" %}
   // Collective over the group's processes: a communicator of MPI_COMM_WORLD.
   comm->mpi = std::make_shared<MpiComm>(group.backend, group.globalRanks, group.rank, group.world);
+{%- elif p.impl == "ucx" %}
+  // A UCX worker, connected to every rank's through addresses in the store.
+  comm->ucx = std::make_shared<UcxComm>(group.store, group.rank, group.size);
 {%- endif %}
   return comm;
 }
@@ -300,7 +589,7 @@ std::shared_ptr<Communicator> split(Communicator& parent, const GroupInfo& child
 {%- else %}
   (void)parent;
   (void)child;
-  return nullptr;  // {{ "each group's exchange is its own store: init() makes it" if p.impl == "store" else "init() makes the child's communicator" }}
+  return nullptr;  // {{ "each group's exchange is its own store: init() makes it" if p.impl == "store" else "each group has a UCX worker of its own: init() makes it" if p.impl == "ucx" else "init() makes the child's communicator" }}
 {%- endif %}
 }
 
@@ -311,6 +600,8 @@ void finalize(Communicator& comm) {
   comm.exchange->close();  // deletes what failed collectives left in the store
 {%- elif p.impl == "mpi" %}
   comm.mpi.reset();  // MPI_Comm_free, once ops in flight (which share it) let go
+{%- elif p.impl == "ucx" %}
+  comm.ucx.reset();  // closes the endpoints, frees the worker and the context
 {%- endif %}
 }
 
@@ -324,6 +615,10 @@ void abort(Communicator& comm) {
   // group aborted, the plumbing refuses every later op, and the communicator
   // is freed only once the ops that share it let go.
   (void)comm;
+{%- elif p.impl == "ucx" %}
+  if (comm.ucx) {
+    comm.ucx->abort();  // waiting bodies give up on their next round
+  }
 {%- endif %}
 }
 {% for op in p.ops %}

@@ -23,6 +23,9 @@
 #include "store_exchange.hpp"
 {%- elif p.impl == "mpi" %}
 #include "mpi_comm.hpp"
+{%- elif p.impl == "ucx" %}
+
+#include "ucx_comm.hpp"
 {%- endif %}
 
 namespace {{ p.package }} {
@@ -55,6 +58,9 @@ struct Communicator {
 {%- elif p.impl == "mpi" %}
   // The group's MPI communicator (see mpi_comm.hpp); ops in flight share it.
   std::shared_ptr<MpiComm> mpi;
+{%- elif p.impl == "ucx" %}
+  // The group's UCX worker and endpoints (see ucx_comm.hpp).
+  std::shared_ptr<UcxComm> ucx;
 {%- endif %}
 };
 

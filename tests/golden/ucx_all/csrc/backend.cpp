@@ -1,0 +1,1726 @@
+// The plumbing of BackendUcxAll: see backend.hpp. The op bodies are in ops.cpp.
+#include "backend.hpp"
+
+#include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+#include <sstream>
+#include <type_traits>
+#include <utility>
+
+#ifdef WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#endif
+
+namespace ucx_all_collectives {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// How long a caller spins for its op before sleeping on the condition
+// variable: long enough to catch a small op, short enough not to matter.
+constexpr auto kWaitSpin = std::chrono::microseconds(50);
+constexpr auto kMaxWorkerSpin = std::chrono::microseconds(100);
+// How long wait() gives a body that reached its deadline to report why.
+constexpr auto kReportGrace = std::chrono::milliseconds(500);
+// How long destroying the group waits for an op body to notice and return.
+constexpr auto kStopGrace = std::chrono::milliseconds(5000);
+// An op a body completes later (OpContext::completeLater: MPI's requests, the
+// store's receive from any source) moves on only while it is polled, so the
+// worker polls the ops in flight without pause for as long as they are likely to take: twice what
+// the ops in flight took lately, within these bounds. After that it sleeps
+// between polls, from kFirstPollPause doubling up to kMaxPollPause, until an
+// op completes or another is queued (push() wakes it).
+constexpr auto kMinPollSpin = std::chrono::microseconds(200);
+constexpr auto kMaxPollSpin = std::chrono::milliseconds(100);
+constexpr auto kFirstPollPause = std::chrono::microseconds(50);
+constexpr auto kMaxPollPause = std::chrono::microseconds(1000);
+
+inline void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// Spins until `done()` or `budget` has passed; returns done(). After a few
+// polls it yields the core between polls: when the thread it waits for shares
+// this core (a busy machine, more ranks than cores), that thread then runs at
+// once instead of after the spin.
+template <typename Done>
+bool spinUntil(Done done, Clock::duration budget) {
+  const auto until = Clock::now() + budget;
+  for (int polls = 0;; ++polls) {
+    if (done()) {
+      return true;
+    }
+    if (polls < 16) {
+      cpuRelax();
+      continue;
+    }
+    if ((polls & 7) == 0 && Clock::now() > until) {
+      return done();
+    }
+    std::this_thread::yield();
+  }
+}
+
+// Counts a running op body for as long as it exists.
+class Running {
+ public:
+  explicit Running(std::atomic<int>& count) : count_(count) {
+    count_.fetch_add(1);
+  }
+  ~Running() {
+    count_.fetch_sub(1);
+  }
+  Running(const Running&) = delete;
+  Running& operator=(const Running&) = delete;
+
+ private:
+  std::atomic<int>& count_;
+};
+
+std::string errorMessage(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const c10::Error& e) {
+    return e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
+// A c10d error (RuntimeError in Python) carrying `message`.
+std::exception_ptr backendError(const std::string& message) {
+  try {
+    C10_THROW_ERROR(DistBackendError, message);
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
+// Every tensor in `outputs`, flattened, for Work::result().
+void collectTensors(const c10::IValue& value, std::vector<at::Tensor>& out) {
+  if (value.isTensor()) {
+    out.push_back(value.toTensor());
+  } else if (value.isList()) {
+    for (const c10::IValue& item : value.toListRef()) {
+      collectTensors(item, out);
+    }
+  }
+}
+
+// The argument checks of one call. Each failure raises a RuntimeError that
+// names the backend, the rank, the op and what is wrong.
+class Check {
+ public:
+  Check(const Group& group, const char* op) : group_(group), op_(op) {}
+
+  int size() const {
+    return group_.size;
+  }
+
+  // A usable tensor: defined, dense, on a device this build supports, of a
+  // dtype the backend supports.
+  void tensor(const at::Tensor& t, const char* what) const {
+    require(t.defined(), what, " is an undefined tensor");
+    require(t.layout() == c10::kStrided, what, " must be a dense tensor, got layout ", t.layout());
+    require(
+        t.is_cpu() || t.is_cuda(),
+        what,
+        " is on ",
+        t.device(),
+        "; this backend is registered for cpu and cuda tensors");
+#ifndef WITH_CUDA
+    require(
+        !t.is_cuda(),
+        what,
+        " is a CUDA tensor, but this build of ucx_all_collectives has no CUDA support "
+        "(rebuild it against a CUDA build of torch, or with FORCE_CUDA=1)");
+#endif
+    require(supportsDtype(t.scalar_type()), what, " has dtype ", t.scalar_type(), ", which this backend does not support");
+  }
+
+  // Exactly one tensor, checked.
+  at::Tensor& one(std::vector<at::Tensor>& tensors, const char* what) const {
+    require(tensors.size() == 1, what, " must hold exactly one tensor, got ", tensors.size());
+    tensor(tensors.front(), what);
+    return tensors.front();
+  }
+
+  // At least one tensor, all checked, all of one dtype and on one device.
+  void many(const std::vector<at::Tensor>& tensors, const char* what) const {
+    require(!tensors.empty(), what, " is empty");
+    for (const at::Tensor& t : tensors) {
+      tensor(t, what);
+      sameDtype(t, tensors.front(), what);
+    }
+  }
+
+  // Exactly one tensor list.
+  std::vector<at::Tensor>& oneList(
+      std::vector<std::vector<at::Tensor>>& lists,
+      const char* what) const {
+    require(lists.size() == 1, what, " must hold exactly one tensor list, got ", lists.size());
+    return lists.front();
+  }
+
+  // One tensor per rank of the group, each like `like` (dtype, device, numel).
+  void perRank(
+      const std::vector<at::Tensor>& tensors,
+      const at::Tensor& like,
+      const char* what) const {
+    require(
+        static_cast<int>(tensors.size()) == size(),
+        what, " must hold one tensor per rank (", size(), "), got ", tensors.size());
+    for (const at::Tensor& t : tensors) {
+      tensor(t, what);
+      sameDtype(t, like, what);
+      require(t.numel() == like.numel(), what, " holds a tensor of ", t.numel(), " elements, expected ", like.numel());
+    }
+  }
+
+  // One tensor per rank of the group, of any size, all of one dtype.
+  void perRankAnyShape(const std::vector<at::Tensor>& tensors, const char* what) const {
+    require(
+        static_cast<int>(tensors.size()) == size(),
+        what, " must hold one tensor per rank (", size(), "), got ", tensors.size());
+    many(tensors, what);
+  }
+
+  // For gather and scatter: on the root, one list with a tensor per rank like
+  // `like`; on the other ranks, no list or one empty list. Returns the root's
+  // list, empty elsewhere.
+  std::vector<at::Tensor> rootList(
+      std::vector<std::vector<at::Tensor>>& lists,
+      int root,
+      const at::Tensor& like,
+      const char* what) const {
+    if (group_.rank != root) {
+      require(
+          lists.empty() || (lists.size() == 1 && lists.front().empty()),
+          what, " must be empty on ranks other than the root (", root, ")");
+      return {};
+    }
+    std::vector<at::Tensor>& list = oneList(lists, what);
+    perRank(list, like, what);
+    return list;
+  }
+
+  // allgather_coalesced: one list per rank, each matching `inputs` tensor for tensor.
+  void coalescedPerRank(
+      const std::vector<std::vector<at::Tensor>>& lists,
+      const std::vector<at::Tensor>& inputs,
+      const char* what) const {
+    require(
+        static_cast<int>(lists.size()) == size(),
+        what, " must hold one list per rank (", size(), "), got ", lists.size());
+    for (const std::vector<at::Tensor>& list : lists) {
+      require(
+          list.size() == inputs.size(),
+          what, " lists must hold one tensor per input (", inputs.size(), "), got ", list.size());
+      for (size_t i = 0; i < list.size(); ++i) {
+        tensor(list[i], what);
+        sameDtype(list[i], inputs[i], what);
+        require(list[i].numel() == inputs[i].numel(), what, " tensor ", i, " has ", list[i].numel(), " elements, expected ", inputs[i].numel());
+      }
+    }
+  }
+
+  // `big` holds `factor` times the elements of `small`, same dtype.
+  void scaled(
+      const at::Tensor& big,
+      const at::Tensor& small,
+      int64_t factor,
+      const char* what) const {
+    tensor(big, what);
+    sameDtype(big, small, what);
+    require(
+        big.numel() == small.numel() * factor,
+        what, " must hold ", small.numel() * factor, " elements (",
+        factor, " x ", small.numel(), "), got ", big.numel());
+  }
+
+  // `big` as scaled() on the root; ignored elsewhere.
+  void scaledOnRoot(
+      const at::Tensor& big,
+      const at::Tensor& small,
+      int root,
+      const char* what) const {
+    if (group_.rank == root) {
+      scaled(big, small, size(), what);
+    }
+  }
+
+  // The same for lists of tensors, pair by pair.
+  void scaledPairs(
+      const std::vector<at::Tensor>& bigs,
+      const std::vector<at::Tensor>& smalls,
+      int64_t factor,
+      const char* what) const {
+    require(bigs.size() == smalls.size(), what, " must hold ", smalls.size(), " tensors, got ", bigs.size());
+    for (size_t i = 0; i < bigs.size(); ++i) {
+      scaled(bigs[i], smalls[i], factor, what);
+    }
+  }
+
+  void sameDtype(const at::Tensor& t, const at::Tensor& like, const char* what) const {
+    require(
+        t.scalar_type() == like.scalar_type(),
+        what, " has dtype ", t.scalar_type(), " but the op's tensors are ", like.scalar_type());
+    require(t.device() == like.device(), what, " is on ", t.device(), " but the op's tensors are on ", like.device());
+  }
+
+  // Split sizes of an all_to_all_single along dimension 0; even splits when
+  // none are given.
+  std::vector<int64_t> splits(
+      const std::vector<int64_t>& sizes,
+      const at::Tensor& t,
+      const char* what) const {
+    require(t.dim() > 0, what, ": all_to_all_single needs tensors with at least one dimension");
+    const int64_t rows = t.size(0);
+    if (sizes.empty()) {
+      require(
+          rows % size() == 0,
+          what, " is empty, so dimension 0 (", rows, ") must split evenly across ", size(), " ranks");
+      return std::vector<int64_t>(size(), rows / size());
+    }
+    require(
+        static_cast<int>(sizes.size()) == size(),
+        what, " must hold one size per rank (", size(), "), got ", sizes.size());
+    int64_t total = 0;
+    for (int64_t s : sizes) {
+      require(s >= 0, what, " holds a negative size ", s);
+      total += s;
+    }
+    require(total == rows, what, " sums to ", total, " but dimension 0 has ", rows, " rows");
+    return sizes;
+  }
+
+  int root(int64_t rootRank, int64_t rootTensor = 0) const {
+    require(rootRank >= 0 && rootRank < size(), "root rank ", rootRank, " is out of range for a group of ", size());
+    require(rootTensor == 0, "root tensor must be 0, got ", rootTensor);
+    return static_cast<int>(rootRank);
+  }
+
+  int peer(int rank, const char* what) const {
+    require(rank >= 0 && rank < size(), what, " ", rank, " is out of range for a group of ", size());
+    return rank;
+  }
+
+  Reduction reduction(const c10d::ReduceOp& reduceOp, const at::Tensor& t) const {
+    Reduction op = Reduction::kSum;
+    switch (reduceOp.op_) {
+      case c10d::ReduceOp::SUM: op = Reduction::kSum; break;
+      case c10d::ReduceOp::AVG: op = Reduction::kAvg; break;
+      case c10d::ReduceOp::PRODUCT: op = Reduction::kProduct; break;
+      case c10d::ReduceOp::MIN: op = Reduction::kMin; break;
+      case c10d::ReduceOp::MAX: op = Reduction::kMax; break;
+      case c10d::ReduceOp::BAND: op = Reduction::kBand; break;
+      case c10d::ReduceOp::BOR: op = Reduction::kBor; break;
+      case c10d::ReduceOp::BXOR: op = Reduction::kBxor; break;
+      default:
+        require(false, "reduce op ", static_cast<int>(reduceOp.op_), " (e.g. PREMUL_SUM) is not supported");
+    }
+    require(
+        supportsReduction(op, t.scalar_type()),
+        "reduce op ", reductionName(op), " is not supported for dtype ", t.scalar_type());
+    return op;
+  }
+
+ private:
+  template <typename... Args>
+  void require(bool ok, const Args&... reason) const {
+    TORCH_CHECK(ok, "Backend ", group_.backend, " (rank ", group_.rank, "): ", op_, ": ", reason...);
+  }
+
+  const Group& group_;
+  const char* const op_;
+};
+
+} // namespace
+
+#ifdef WITH_CUDA
+// A CUDA event that orders streams (no timing). Only c10's CUDA headers and
+// the CUDA runtime are needed, not ATen's (which want the CUDA math libraries).
+class StreamEvent {
+ public:
+  explicit StreamEvent(c10::DeviceIndex device) {
+    const c10::cuda::CUDAGuard onDevice(device);
+    C10_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
+  }
+  StreamEvent(const StreamEvent&) = delete;
+  StreamEvent& operator=(const StreamEvent&) = delete;
+  ~StreamEvent() {
+    cudaEventDestroy(event_);
+  }
+
+  // The event happens when `stream` reaches this point.
+  void record(const c10::cuda::CUDAStream& stream) {
+    C10_CUDA_CHECK(cudaEventRecord(event_, stream.stream()));
+  }
+
+  // Work queued on `stream` from now on waits for the event.
+  void block(const c10::cuda::CUDAStream& stream) const {
+    C10_CUDA_CHECK(cudaStreamWaitEvent(stream.stream(), event_, 0));
+  }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+#endif
+
+// How an op on CUDA tensors meets the streams around it. The op runs on the
+// worker thread, on the backend's stream for the device, once the caller's
+// stream has reached the call (`ready`); `done` marks its end on the backend's
+// stream, and wait() makes the caller's stream wait for it. So results are
+// ordered as with NCCL, and the caller's thread never blocks on the GPU.
+struct CudaOp {
+#ifdef WITH_CUDA
+  CudaOp(c10::Device device, c10::Stream stream)
+      : device(device),
+        stream(c10::cuda::CUDAStream(c10::cuda::CUDAStream::UNCHECKED, stream)),
+        ready(device.index()),
+        done(device.index()) {}
+
+  c10::Device device;
+  c10::cuda::CUDAStream stream;
+  StreamEvent ready;
+  StreamEvent done;
+#endif
+};
+
+const char* reductionName(Reduction op) {
+  switch (op) {
+    case Reduction::kSum: return "SUM";
+    case Reduction::kAvg: return "AVG";
+    case Reduction::kProduct: return "PRODUCT";
+    case Reduction::kMin: return "MIN";
+    case Reduction::kMax: return "MAX";
+    case Reduction::kBand: return "BAND";
+    case Reduction::kBor: return "BOR";
+    case Reduction::kBxor: return "BXOR";
+  }
+  return "UNKNOWN";
+}
+
+// ---------------------------------------------------------------------------
+// Health
+
+void Health::fail(const std::string& what) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!failed_.load(std::memory_order_relaxed)) {
+    failure_ = what;
+    failed_.store(true, std::memory_order_release);
+  }
+}
+
+std::exception_ptr Health::refuse(const std::string& who) const {
+  if (!failed_.load(std::memory_order_acquire)) {
+    return nullptr;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  return backendError(
+      who + ": this process group can no longer be used since " + failure_ +
+      "; destroy it and create a new one");
+}
+
+void OpContext::failGroup(const std::string& why) const {
+  health.fail(why);
+}
+
+// ---------------------------------------------------------------------------
+// Library
+
+Library::Library(std::shared_ptr<Bootstrap> store, std::shared_ptr<Communicator> comm)
+    : store_(std::move(store)), comm_(std::move(comm)) {}
+
+void Library::abort() {
+  if (!aborted_.exchange(true)) {
+    try {
+      ops::abort(*comm_);
+    } catch (const std::exception& e) {
+      TORCH_WARN("Backend ucx_all: ops::abort failed: ", e.what());
+    }
+  }
+}
+
+void Library::finalize() {
+  if (!finalized_.exchange(true)) {
+    try {
+      ops::finalize(*comm_);
+    } catch (const std::exception& e) {
+      TORCH_WARN("Backend ucx_all: ops::finalize failed: ", e.what());
+    }
+  }
+}
+
+namespace {
+
+// The group's c10d Store as ops::init sees it: every key under "bootstrap/"
+// (torch.distributed already scopes the store to the group), waits bounded
+// by the group's timeout.
+class StoreBootstrap : public Bootstrap {
+ public:
+  StoreBootstrap(c10::intrusive_ptr<c10d::Store> store, std::chrono::milliseconds timeout)
+      : store_(std::move(store)), timeout_(timeout) {
+    TORCH_CHECK(store_, "Backend ucx_all: torch.distributed passed no store");
+  }
+
+  void set(const std::string& key, const std::vector<uint8_t>& value) override {
+    store_->set(scoped(key), value);
+  }
+  std::vector<uint8_t> get(const std::string& key) override {
+    store_->wait({scoped(key)}, timeout_);
+    return store_->get(scoped(key));
+  }
+  bool check(const std::vector<std::string>& keys) override {
+    return store_->check(scoped(keys));
+  }
+  void wait(const std::vector<std::string>& keys) override {
+    store_->wait(scoped(keys), timeout_);
+  }
+  int64_t add(const std::string& key, int64_t delta) override {
+    return store_->add(scoped(key), delta);
+  }
+  void deleteKey(const std::string& key) override {
+    store_->deleteKey(scoped(key));
+  }
+  c10::intrusive_ptr<c10d::Store> c10dStore() override {
+    return store_;
+  }
+
+ private:
+  static std::string scoped(const std::string& key) {
+    return "bootstrap/" + key;
+  }
+  static std::vector<std::string> scoped(const std::vector<std::string>& keys) {
+    std::vector<std::string> result;
+    result.reserve(keys.size());
+    for (const std::string& key : keys) {
+      result.push_back(scoped(key));
+    }
+    return result;
+  }
+
+  const c10::intrusive_ptr<c10d::Store> store_;
+  const std::chrono::milliseconds timeout_;
+};
+
+// Parses an environment variable's `text` into a field of Options.
+template <typename T>
+T parseOption(const std::string& variable, const std::string& text) {
+  const auto fail = [&](const char* type) {
+    TORCH_CHECK(
+        false, "Backend ucx_all: environment variable ", variable, "=\"", text,
+        "\" is not ", type);
+  };
+  if constexpr (std::is_same_v<T, bool>) {
+    for (const char* yes : {"1", "true", "yes", "on", "TRUE", "True", "YES", "ON"}) {
+      if (text == yes) {
+        return true;
+      }
+    }
+    for (const char* no : {"0", "false", "no", "off", "FALSE", "False", "NO", "OFF", ""}) {
+      if (text == no) {
+        return false;
+      }
+    }
+    fail("a boolean (1, 0, true, false, yes, no, on, off)");
+  } else if constexpr (std::is_integral_v<T>) {
+    size_t used = 0;
+    long long value = 0;
+    try {
+      value = std::stoll(text, &used, 0);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != text.size()) {
+      fail("an integer");
+    }
+    return static_cast<T>(value);
+  } else if constexpr (std::is_floating_point_v<T>) {
+    size_t used = 0;
+    double value = 0;
+    try {
+      value = std::stod(text, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != text.size()) {
+      fail("a number");
+    }
+    return static_cast<T>(value);
+  } else {
+    static_assert(std::is_same_v<T, std::string>, "Options fields are bool, integers, floating point or std::string");
+    return text;
+  }
+  return T{};
+}
+
+} // namespace
+
+Options optionsFromEnvironment() {
+  Options options;
+  describeOptions([&options](const char* name, auto member, const char* /* doc */) {
+    std::string variable = "UCX_ALL_";
+    for (const char* c = name; *c != '\0'; ++c) {
+      variable += static_cast<char>(std::toupper(static_cast<unsigned char>(*c)));
+    }
+    if (const char* text = std::getenv(variable.c_str())) {
+      using Field = std::decay_t<decltype(options.*member)>;
+      options.*member = parseOption<Field>(variable, text);
+    }
+  });
+  return options;
+}
+
+// ---------------------------------------------------------------------------
+// WorkQueue
+
+struct WorkQueue::State {
+  void loop();
+  void spinForWork();
+  void adaptSpin(Clock::duration gap);
+  // Whether the next queued op may start: not while a collective is in flight,
+  // since a later op may use its tensors (a group's collectives run one at a
+  // time, in order, as with gloo and ProcessGroupMPI). Sends and receives in
+  // flight do not hold anything up.
+  bool mayStartNext() const;
+  // Polls the ops in flight until none is left, or another op is queued and
+  // may start.
+  void progress();
+  // Sleeps up to `pause`, or until push() or stop() wakes the worker.
+  void pause(Clock::duration pause);
+  // Polls each op in flight once; forgets those that completed.
+  void pollInFlight();
+
+  std::mutex mutex;
+  std::condition_variable wake;    // for the worker: work was queued, or stop
+  std::condition_variable exited;  // for stop(): the worker left its loop
+  std::deque<c10::intrusive_ptr<WorkUcxAll>> queue;
+  std::atomic<size_t> queued{0};  // queue.size(), readable without the lock
+  bool stopping = false;
+  bool running = false;  // the thread is in loop()
+  bool sleeping = false;
+  Clock::time_point sleptAt;
+  std::atomic<int64_t> spinNs{50'000};  // how long the worker spins for work
+  std::thread thread;
+  // Ops whose bodies returned before they completed (OpContext::completeLater);
+  // only the worker thread touches it.
+  std::vector<c10::intrusive_ptr<WorkUcxAll>> inFlight;
+  bool pausing = false;  // in pause(): push() wakes the worker
+  Clock::duration lately = kMinPollSpin;  // how long ops in flight took lately (worker only)
+};
+
+WorkQueue::WorkQueue() : state_(std::make_shared<State>()) {}
+
+WorkQueue::~WorkQueue() {
+  stop(kStopGrace);
+}
+
+void WorkQueue::push(const c10::intrusive_ptr<WorkUcxAll>& work) {
+  State& s = *state_;
+  {
+    std::unique_lock<std::mutex> lock(s.mutex);
+    if (!s.stopping) {
+      if (!s.running) {
+        s.running = true;
+        // The thread keeps the state alive, whatever becomes of this WorkQueue.
+        s.thread = std::thread([state = state_] { state->loop(); });
+      }
+      s.queue.push_back(work);
+      s.queued.fetch_add(1, std::memory_order_release);
+      const bool wake = s.sleeping || s.pausing;
+      if (s.sleeping) {
+        s.adaptSpin(Clock::now() - s.sleptAt);
+      }
+      lock.unlock();
+      if (wake) {
+        s.wake.notify_one();
+      }
+      return;
+    }
+  }
+  work->finish(backendError(work->describe() + ": the process group was already destroyed"));
+}
+
+bool WorkQueue::stop(std::chrono::milliseconds grace) {
+  State& s = *state_;
+  std::deque<c10::intrusive_ptr<WorkUcxAll>> cancelled;
+  std::thread thread;  // only the first stop() gets it
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.stopping = true;
+    cancelled.swap(s.queue);
+    s.queued.store(0, std::memory_order_release);
+    thread = std::move(s.thread);
+  }
+  s.wake.notify_one();
+  for (auto& work : cancelled) {
+    work->finish(backendError(work->describe() + ": cancelled, the process group was destroyed before it ran"));
+  }
+  if (!thread.joinable()) {
+    // Never started, or an earlier stop() has it: whether it still runs an
+    // op is that stop()'s to say.
+    std::lock_guard<std::mutex> lock(s.mutex);
+    return !s.running;
+  }
+  if (thread.get_id() == std::this_thread::get_id()) {
+    thread.detach();  // stopped from its own op's callback: it leaves the loop on return
+    return true;
+  }
+  bool exited = false;
+  {
+    std::unique_lock<std::mutex> lock(s.mutex);
+    exited = s.exited.wait_for(lock, grace, [&s] { return !s.running; });
+  }
+  if (exited) {
+    thread.join();
+  } else {
+    thread.detach();
+    TORCH_WARN(
+        "Backend ucx_all: an op body did not return within ", grace.count(),
+        " ms of the process group's destruction; its thread is left running");
+  }
+  return exited;
+}
+
+void WorkQueue::State::spinForWork() {
+  spinUntil(
+      [this] { return queued.load(std::memory_order_acquire) > 0; },
+      std::chrono::nanoseconds(spinNs.load(std::memory_order_relaxed)));
+}
+
+void WorkQueue::State::adaptSpin(Clock::duration gap) {
+  // The worker fell asleep `gap` before this op came. If a spin that long
+  // would have caught it, spin twice that from now on (ops come in bursts);
+  // if ops come further apart than spinning is worth, spin half as long.
+  const int64_t spin = spinNs.load(std::memory_order_relaxed);
+  const int64_t gapNs = std::chrono::duration_cast<std::chrono::nanoseconds>(gap).count();
+  const int64_t maxNs = std::chrono::nanoseconds(kMaxWorkerSpin).count();
+  spinNs.store(
+      gapNs < maxNs ? std::min(maxNs, std::max(spin, 2 * gapNs)) : spin / 2,
+      std::memory_order_relaxed);
+}
+
+void WorkQueue::State::loop() {
+  for (;;) {
+    pollInFlight();
+    if (queued.load(std::memory_order_acquire) == 0 || !mayStartNext()) {
+      if (inFlight.empty()) {
+        spinForWork();
+      } else {
+        progress();
+      }
+    }
+    c10::intrusive_ptr<WorkUcxAll> work;
+    {
+      std::unique_lock<std::mutex> lock(mutex);
+      while (queue.empty() && !stopping && inFlight.empty()) {
+        sleeping = true;
+        sleptAt = Clock::now();
+        wake.wait(lock);
+        sleeping = false;
+      }
+      if (queue.empty()) {
+        if (!inFlight.empty()) {
+          continue;  // ops in flight fail at once when the group was destroyed
+        }
+        running = false;
+        exited.notify_all();
+        return;  // stopping, and stop() failed whatever was queued
+      }
+      work = std::move(queue.front());
+      queue.pop_front();
+      queued.fetch_sub(1, std::memory_order_release);
+    }
+    if (!work->inFlight()) {  // an op started on the caller's thread is in flight already
+      work->run();
+    }
+    if (work->inFlight()) {
+      inFlight.push_back(std::move(work));
+    }
+  }
+}
+
+void WorkQueue::State::pollInFlight() {
+  inFlight.erase(
+      std::remove_if(
+          inFlight.begin(),
+          inFlight.end(),
+          [](const c10::intrusive_ptr<WorkUcxAll>& work) { return work->poll(); }),
+      inFlight.end());
+}
+
+void WorkQueue::State::progress() {
+  const auto start = Clock::now();
+  const auto spinUntil = start + std::clamp<Clock::duration>(2 * lately, kMinPollSpin, kMaxPollSpin);
+  Clock::duration nextPause = kFirstPollPause;
+  bool spinning = true;
+  const auto waiting = [this] {
+    return !inFlight.empty() && (queued.load(std::memory_order_acquire) == 0 || !mayStartNext());
+  };
+  for (int polls = 0; waiting(); ++polls) {
+    if (spinning && (polls & 7) == 0) {
+      spinning = Clock::now() < spinUntil;
+    }
+    if (polls < 16) {
+      cpuRelax();
+    } else if (spinning) {
+      std::this_thread::yield();  // lets a thread of this core's other ranks run
+    } else {
+      pause(nextPause);
+      nextPause = std::min<Clock::duration>(2 * nextPause, kMaxPollPause);
+    }
+    pollInFlight();
+  }
+  if (inFlight.empty()) {  // not interrupted by a new op: how long these took
+    lately = (lately + (Clock::now() - start)) / 2;
+  }
+}
+
+bool WorkQueue::State::mayStartNext() const {
+  return std::none_of(inFlight.begin(), inFlight.end(), [](const auto& work) { return work->isCollective(); });
+}
+
+void WorkQueue::State::pause(Clock::duration pause) {
+  std::unique_lock<std::mutex> lock(mutex);
+  pausing = true;
+  wake.wait_for(lock, pause, [this] { return (!queue.empty() && mayStartNext()) || stopping; });
+  pausing = false;
+}
+
+// ---------------------------------------------------------------------------
+// WorkUcxAll
+
+WorkUcxAll::WorkUcxAll(
+    std::shared_ptr<Group> group,
+    std::shared_ptr<Health> health,
+    std::shared_ptr<Library> library,
+    c10d::OpType type,
+    const char* op,
+    const char* profilingTitle,
+    std::chrono::milliseconds timeout,
+    c10::IValue outputs,
+    Body body,
+    std::shared_ptr<CudaOp> cuda)
+    : c10d::Work(group->rank, type, profilingTitle),
+      group_(std::move(group)),
+      health_(std::move(health)),
+      library_(std::move(library)),
+      op_(op),
+      timeout_(timeout),
+      deadline_(Clock::now() + timeout),
+      outputs_(std::move(outputs)),
+      body_(std::move(body)),
+      cuda_(std::move(cuda)) {
+#ifdef WITH_CUDA
+  if (cuda_) {  // The future then orders its callbacks after the op's stream.
+    future_ = c10::make_intrusive<c10::ivalue::Future>(
+        outputs_.type(), std::vector<c10::Device>{cuda_->device});
+    return;
+  }
+#endif
+  future_ = c10::make_intrusive<c10::ivalue::Future>(outputs_.type());
+}
+
+bool WorkUcxAll::isCollective() const {
+  return !c10d::isP2POp(opType_);
+}
+
+std::string WorkUcxAll::describe() const {
+  std::ostringstream out;
+  out << "Backend " << group_->backend << " (rank " << group_->rank << "): " << op_
+      << " #" << seq_;
+  return out.str();
+}
+
+std::exception_ptr WorkUcxAll::refusal() const {
+  if (group_->aborted.load()) {
+    return backendError(describe() + ": cancelled, the process group was destroyed before it ran");
+  }
+  if (std::exception_ptr unusable = health_->refuse(describe())) {
+    return unusable;
+  }
+  if (Clock::now() > deadline_) {
+    return backendError(
+        describe() + ": could not start within its " + std::to_string(timeout_.count()) +
+        " ms timeout (the ops queued before it took that long)");
+  }
+  return nullptr;
+}
+
+void WorkUcxAll::run() {
+#ifdef WITH_CUDA
+  std::optional<c10::cuda::CUDAStreamGuard> onStream;
+  if (cuda_) {
+    onStream.emplace(cuda_->stream);  // and stays there until finish() below
+  }
+#endif
+  std::exception_ptr error = refusal();
+  if (!error) {
+    try {
+#ifdef WITH_CUDA
+      if (cuda_) {
+        cuda_->ready.block(cuda_->stream);
+      }
+#endif
+      const OpContext ctx{
+          *group_, library_->comm(), op_, seq_, collective_, deadline_, timeout_,
+          cancelled_, &later_, &sourceRank_, *health_};
+      const Running running(library_->running);
+      body_(ctx, *this);
+#ifdef WITH_CUDA
+      if (cuda_ && !later_) {
+        cuda_->done.record(cuda_->stream);
+      }
+#endif
+    } catch (...) {
+      error = backendError(describe() + " failed: " + errorMessage(std::current_exception()));
+      later_ = nullptr;
+    }
+  }
+  body_ = nullptr;  // Drop the tensors the body captured.
+  if (later_) {
+    return;  // the WorkQueue polls it until it completes
+  }
+  finish(error);    // For a CUDA op, on its stream: the future records it.
+}
+
+bool WorkUcxAll::poll() {
+#ifdef WITH_CUDA
+  std::optional<c10::cuda::CUDAStreamGuard> onStream;
+  if (cuda_) {
+    onStream.emplace(cuda_->stream);  // staged results are copied back on the op's stream
+  }
+#endif
+  std::exception_ptr error;
+  try {
+    if (!later_()) {
+      return false;
+    }
+#ifdef WITH_CUDA
+    if (cuda_) {
+      cuda_->done.record(cuda_->stream);
+    }
+#endif
+  } catch (...) {
+    error = backendError(describe() + " failed: " + errorMessage(std::current_exception()));
+  }
+  later_ = nullptr;
+  finish(error);
+  return true;
+}
+
+void WorkUcxAll::finish(std::exception_ptr error) {
+  if (finishing_.exchange(true)) {
+    return;
+  }
+  if (error && isCollective()) {
+    // The ranks no longer agree on which collective comes next.
+    std::string what = errorMessage(error);
+    const std::string prefix = "Backend " + group_->backend + " (rank " + std::to_string(group_->rank) + "): ";
+    if (what.rfind(prefix, 0) == 0) {
+      what.erase(0, prefix.size());
+    }
+    health_->fail(what);
+    library_->abort();  // as NCCL does: bodies stuck in the library return
+  }
+  if (error) {
+    cancelled_.store(true);
+    future_->setError(error);
+  } else {
+    future_->markCompleted(outputs_);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    error_ = error;
+    completed_ = true;
+    done_.store(true, std::memory_order_release);
+    if (recordFunctionEndCallback_) {
+      recordFunctionEndCallback_();  // the op's end in torch.profiler
+      recordFunctionEndCallback_ = nullptr;
+    }
+  }
+  cv_.notify_all();
+}
+
+bool WorkUcxAll::isCompleted() {
+  return done_.load(std::memory_order_acquire);
+}
+
+bool WorkUcxAll::isSuccess() const {
+  return done_.load(std::memory_order_acquire) && !error_;
+}
+
+std::exception_ptr WorkUcxAll::exception() const {
+  return done_.load(std::memory_order_acquire) ? error_ : nullptr;
+}
+
+int WorkUcxAll::sourceRank() const {
+  TORCH_CHECK(
+      sourceRank_ >= 0,
+      describe(), ": sourceRank() is only known for a completed recv from any source");
+  return sourceRank_;
+}
+
+void WorkUcxAll::setSourceRank(int rank) {
+  sourceRank_ = rank;
+}
+
+std::vector<at::Tensor> WorkUcxAll::result() {
+  std::vector<at::Tensor> tensors;
+  collectTensors(outputs_, tensors);
+  return tensors;
+}
+
+bool WorkUcxAll::wait(std::chrono::milliseconds timeout) {
+  if (!done_.load(std::memory_order_acquire) &&
+      !spinUntil([this] { return done_.load(std::memory_order_acquire); }, kWaitSpin)) {
+    const bool useOwn = timeout <= kNoTimeout;  // 0 (no timeout given) or unset
+    // At its own deadline the op's body fails too, saying more (which peers
+    // are missing): give it a moment to.
+    const auto until = useOwn ? deadline_ + kReportGrace : Clock::now() + timeout;
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!cv_.wait_until(lock, until, [this] { return done_.load(std::memory_order_acquire); })) {
+      lock.unlock();
+      const auto limit = useOwn ? timeout_ : timeout;
+      const std::exception_ptr error = backendError(
+          describe() + " did not complete within " + (useOwn ? "its " : "the ") +
+          std::to_string(limit.count()) + " ms timeout (a peer may have failed, or not called " +
+          op_ + ")");
+      if (!useOwn) {
+        std::rethrow_exception(error);
+      }
+      // The op's own timeout passed: it has failed, unless it completed just
+      // now, in which case whoever finished it first wins.
+      finish(error);
+      lock.lock();
+      cv_.wait(lock, [this] { return done_.load(std::memory_order_acquire); });
+    }
+  }
+  if (error_) {
+    std::rethrow_exception(error_);
+  }
+  synchronize();
+  return true;
+}
+
+void WorkUcxAll::abort() {
+  finish(backendError(describe() + ": aborted"));
+}
+
+void WorkUcxAll::synchronize() {
+#ifdef WITH_CUDA
+  if (cuda_ && done_.load(std::memory_order_acquire) && !error_) {
+    cuda_->done.block(c10::cuda::getCurrentCUDAStream(cuda_->device.index()));
+  }
+#endif
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> WorkUcxAll::getFuture() {
+  return future_;
+}
+
+uint64_t WorkUcxAll::getSequencenumber() const {
+  return seq_;
+}
+
+#if UCX_ALL_TORCH_2_14
+std::chrono::milliseconds WorkUcxAll::getTimeout() const {
+  return timeout_;
+}
+#endif
+
+// ---------------------------------------------------------------------------
+// BackendUcxAll
+
+namespace {
+
+// The default group's communicator, the parent of the groups created after
+// it (ops::split). Guarded by worldMutex.
+std::mutex worldMutex;
+std::weak_ptr<Library> world;
+
+std::shared_ptr<Group> makeGroup(int rank, int size, const std::string& id, std::vector<int64_t> globalRanks) {
+  auto group = std::make_shared<Group>();
+  group->backend = "ucx_all";
+  group->rank = rank;
+  group->size = size;
+  group->id = id;
+  group->globalRanks = std::move(globalRanks);
+  if (group->globalRanks.empty()) {  // the default group: global ranks are group ranks
+    for (int r = 0; r < size; ++r) {
+      group->globalRanks.push_back(r);
+    }
+  }
+  return group;
+}
+
+// The group's communicator: ops::split from `parent` when there is one and it
+// gives one, else ops::init. Runs on the caller's thread.
+std::shared_ptr<Library> makeLibrary(
+    const Group& group,
+    const c10::intrusive_ptr<c10d::Store>& store,
+    std::chrono::milliseconds timeout,
+    const Options& options,
+    bool isWorld,
+    const std::shared_ptr<Library>& parent) {
+  auto bootstrap = std::make_shared<StoreBootstrap>(store, timeout);
+  const GroupInfo info{
+      group.backend, group.rank, group.size, group.globalRanks, group.id, timeout, options,
+      *bootstrap, isWorld};
+  std::shared_ptr<Communicator> comm;
+  try {
+    if (parent) {
+      comm = ops::split(parent->comm(), info);
+    }
+    if (!comm) {
+      comm = ops::init(info);
+    }
+  } catch (const std::exception& e) {
+    C10_THROW_ERROR(
+        DistBackendError,
+        "Backend ucx_all (rank " + std::to_string(group.rank) + "): creating the communicator of group " +
+            group.id + " failed: " + (dynamic_cast<const c10::Error*>(&e)
+                                          ? dynamic_cast<const c10::Error*>(&e)->what_without_backtrace()
+                                          : e.what()));
+  }
+  TORCH_CHECK(comm, "Backend ucx_all: ops::", parent ? "split" : "init", " returned no communicator");
+  return std::make_shared<Library>(std::move(bootstrap), std::move(comm));
+}
+
+} // namespace
+
+BackendUcxAll::BackendUcxAll(
+    std::shared_ptr<Group> group,
+    std::shared_ptr<Library> library,
+    ucx_all_collectives::Options options,
+    std::chrono::milliseconds timeout)
+    : c10d::Backend(group->rank, group->size),
+      group_(std::move(group)),
+      library_(std::move(library)),
+      options_(std::move(options)),
+      timeoutMs_(timeout.count()) {}
+
+BackendUcxAll::~BackendUcxAll() {
+  shutdown();
+}
+
+c10::intrusive_ptr<c10d::Backend> BackendUcxAll::create(
+    const c10d::DistributedBackendOptions& options,
+    const ucx_all_collectives::Options& userOptions) {
+  const auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(options.timeout);
+  const bool isWorld = options.global_ranks_in_group.empty();
+  auto group = makeGroup(options.group_rank, options.group_size, options.group_id, options.global_ranks_in_group);
+  std::shared_ptr<Library> parent;
+  if (!isWorld) {
+    std::lock_guard<std::mutex> lock(worldMutex);
+    parent = world.lock();
+    if (parent && parent->aborted()) {
+      parent = nullptr;
+    }
+  }
+  auto library = makeLibrary(*group, options.store, timeout, userOptions, isWorld, parent);
+  if (isWorld) {
+    std::lock_guard<std::mutex> lock(worldMutex);
+    world = library;
+  }
+  return c10::make_intrusive<BackendUcxAll>(std::move(group), std::move(library), userOptions, timeout);
+}
+
+c10::intrusive_ptr<c10d::Backend> BackendUcxAll::split(
+    const c10::intrusive_ptr<c10d::Store>& store,
+    const std::vector<int>& ranks,
+    const c10::intrusive_ptr<c10d::Backend::Options>& opts) {
+  const auto it = std::find(ranks.begin(), ranks.end(), group_->rank);
+  if (it == ranks.end()) {
+    return nullptr;  // this rank is not in the new group
+  }
+  std::vector<int64_t> globalRanks;
+  for (int r : ranks) {
+    globalRanks.push_back(group_->globalRanks.at(r));
+  }
+  const auto timeout = opts ? opts->timeout : std::chrono::milliseconds(timeoutMs_.load());
+  auto group = makeGroup(
+      static_cast<int>(it - ranks.begin()), static_cast<int>(ranks.size()), opts ? opts->group_name : "",
+      std::move(globalRanks));
+  auto library = makeLibrary(*group, store, timeout, options_, false, library_);
+  return c10::make_intrusive<BackendUcxAll>(std::move(group), std::move(library), options_, timeout);
+}
+
+c10::intrusive_ptr<c10d::Backend::Options> BackendUcxAll::getBackendOptions() {
+  auto opts = c10::make_intrusive<c10d::Backend::Options>(
+      "ucx_all", std::chrono::milliseconds(timeoutMs_.load()));
+  opts->group_name = group_->id;
+  opts->global_ranks_in_group.assign(group_->globalRanks.begin(), group_->globalRanks.end());
+  return opts;
+}
+
+const std::string BackendUcxAll::getBackendName() const {
+  return "ucx_all";
+}
+
+void BackendUcxAll::shutdown() {
+  group_->aborted.store(true);  // running bodies see it in OpContext::expired()
+  if (library_->running.load() > 0) {
+    library_->abort();  // a body is still running: make it return
+  }
+  const bool ops = queue_.stop(kStopGrace);
+  const bool receives = receives_.stop(kStopGrace);
+  if (ops && receives && library_->running.load() == 0) {
+    library_->finalize();  // no op body can use the communicator any more
+  }
+}
+
+void BackendUcxAll::abort() {
+  group_->aborted.store(true);
+  library_->abort();
+  shutdown();
+}
+
+void BackendUcxAll::setTimeout(std::chrono::milliseconds timeout) {
+  timeoutMs_.store(timeout.count());
+}
+
+void BackendUcxAll::setSequenceNumberForGroup() {
+  // Every rank's count starts at 0 when the group is created: nothing to agree on.
+}
+
+uint64_t BackendUcxAll::getSequenceNumberForGroup() {
+  std::lock_guard<std::mutex> lock(issueMutex_);
+  return collectives_;
+}
+
+c10::intrusive_ptr<c10d::Work> BackendUcxAll::enqueue(
+    WorkQueue* queue,
+    c10d::OpType type,
+    const char* op,
+    const char* profilingTitle,
+    std::chrono::milliseconds timeout,
+    c10::IValue outputs,
+    const c10::IValue& inputs,
+    WorkUcxAll::Body body) {
+  if (timeout == c10d::kUnsetTimeout) {
+    timeout = std::chrono::milliseconds(timeoutMs_.load());
+  }
+  std::shared_ptr<CudaOp> cuda = cudaOp(outputs, inputs);
+  auto work = c10::make_intrusive<WorkUcxAll>(
+      group_, health_, library_, type, op, profilingTitle, timeout, std::move(outputs),
+      std::move(body), std::move(cuda));
+  {
+    std::lock_guard<std::mutex> lock(issueMutex_);
+    work->seq_ = ops_++;
+    if (work->isCollective()) {
+      work->collective_ = collectives_++;
+    }
+    if (queue != nullptr) {
+      queue->push(work);
+      return work;
+    }
+  }
+  work->run();  // on the caller's thread
+  if (work->inFlight()) {
+    queue_.push(work);  // the worker completes it
+  }
+  return work;
+}
+
+std::shared_ptr<CudaOp> BackendUcxAll::cudaOp(
+    const c10::IValue& outputs,
+    const c10::IValue& inputs) {
+#ifdef WITH_CUDA
+  std::vector<at::Tensor> tensors;
+  collectTensors(outputs, tensors);
+  collectTensors(inputs, tensors);
+  if (tensors.empty() || !tensors.front().is_cuda()) {
+    return nullptr;
+  }
+  const c10::Device device = tensors.front().device();
+  c10::Stream stream = [&] {
+    std::lock_guard<std::mutex> lock(streamsMutex_);
+    auto it = streams_.find(device.index());
+    if (it == streams_.end()) {
+      it = streams_.emplace(device.index(), c10::cuda::getStreamFromPool(false, device.index())).first;
+    }
+    return it->second;
+  }();
+  auto cuda = std::make_shared<CudaOp>(device, stream);
+  // The op starts when the caller's stream reaches this point.
+  cuda->ready.record(c10::cuda::getCurrentCUDAStream(device.index()));
+  // The caching allocator must not hand these tensors' memory to anyone else
+  // before the backend's stream is done with them.
+  for (const at::Tensor& t : tensors) {
+    c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), cuda->stream);
+  }
+  return cuda;
+#else
+  (void)outputs;
+  (void)inputs;
+  return nullptr;
+#endif
+}
+
+
+// Copies the root's tensor into the tensor of every rank.
+c10::intrusive_ptr<c10d::Work> BackendUcxAll::broadcast(
+    std::vector<at::Tensor>& tensors,
+    const c10d::BroadcastOptions& opts) {
+  const Check check(*group_, __func__);
+  at::Tensor& tensor = check.one(tensors, "tensors");
+  const int root = check.root(opts.rootRank, opts.rootTensor);
+  return enqueue(
+      &queue_,
+      c10d::OpType::BROADCAST,
+      __func__,
+      "ucx_all:broadcast",
+      opts.timeout,
+      tensors,
+      c10::IValue(),
+      [=](const OpContext& ctx, WorkUcxAll&) mutable {
+        ops::broadcast(ctx, tensor, root);
+      });
+}
+
+// Reduces the tensor of every rank; every rank gets the result.
+c10::intrusive_ptr<c10d::Work> BackendUcxAll::allreduce(
+    std::vector<at::Tensor>& tensors,
+    const c10d::AllreduceOptions& opts) {
+  const Check check(*group_, __func__);
+  at::Tensor& tensor = check.one(tensors, "tensors");
+  const Reduction op = check.reduction(opts.reduceOp, tensor);
+  return enqueue(
+      &queue_,
+      c10d::OpType::ALLREDUCE,
+      __func__,
+      "ucx_all:allreduce",
+      opts.timeout,
+      tensors,
+      c10::IValue(),
+      [=](const OpContext& ctx, WorkUcxAll&) mutable {
+        ops::allreduce(ctx, tensor, op);
+      });
+}
+
+// All-reduces several tensors as one operation.
+c10::intrusive_ptr<c10d::Work> BackendUcxAll::allreduce_coalesced(
+    std::vector<at::Tensor>& tensors,
+    const c10d::AllreduceCoalescedOptions& opts) {
+  const Check check(*group_, __func__);
+  check.many(tensors, "tensors");
+  const Reduction op = check.reduction(opts.reduceOp, tensors.front());
+  return enqueue(
+      &queue_,
+      c10d::OpType::ALLREDUCE_COALESCED,
+      __func__,
+      "ucx_all:allreduce_coalesced",
+      opts.timeout,
+      tensors,
+      c10::IValue(),
+      [=](const OpContext& ctx, WorkUcxAll&) mutable {
+        ops::allreduce_coalesced(ctx, tensors, op);
+      });
+}
+
+// Reduces the tensor of every rank into the root's tensor.
+c10::intrusive_ptr<c10d::Work> BackendUcxAll::reduce(
+    std::vector<at::Tensor>& tensors,
+    const c10d::ReduceOptions& opts) {
+  const Check check(*group_, __func__);
+  at::Tensor& tensor = check.one(tensors, "tensors");
+  const int root = check.root(opts.rootRank, opts.rootTensor);
+  const Reduction op = check.reduction(opts.reduceOp, tensor);
+  return enqueue(
+      &queue_,
+      c10d::OpType::REDUCE,
+      __func__,
+      "ucx_all:reduce",
+      opts.timeout,
+      tensors,
+      c10::IValue(),
+      [=](const OpContext& ctx, WorkUcxAll&) mutable {
+        ops::reduce(ctx, tensor, op, root);
+      });
+}
+
+// Gathers the tensor of every rank into a list on every rank.
+c10::intrusive_ptr<c10d::Work> BackendUcxAll::allgather(
+    std::vector<std::vector<at::Tensor>>& outputTensors,
+    std::vector<at::Tensor>& inputTensors,
+    const c10d::AllgatherOptions& opts) {
+  const Check check(*group_, __func__);
+  const at::Tensor& input = check.one(inputTensors, "inputTensors");
+  std::vector<at::Tensor>& outputs = check.oneList(outputTensors, "outputTensors");
+  check.perRank(outputs, input, "outputTensors[0]");
+  return enqueue(
+      &queue_,
+      c10d::OpType::ALLGATHER,
+      __func__,
+      "ucx_all:allgather",
+      opts.timeout,
+      outputTensors,
+      inputTensors,
+      [=](const OpContext& ctx, WorkUcxAll&) mutable {
+        ops::allgather(ctx, outputs, input);
+      });
+}
+
+// Gathers the tensor of every rank into one flat tensor on every rank.
+#if UCX_ALL_TORCH_2_14
+c10::intrusive_ptr<c10d::Work> BackendUcxAll::all_gather_single(
+#else
+c10::intrusive_ptr<c10d::Work> BackendUcxAll::_allgather_base(
+#endif
+    at::Tensor& outputBuffer,
+    at::Tensor& inputBuffer,
+    const c10d::AllgatherOptions& opts) {
+  const Check check(*group_, __func__);
+  check.tensor(inputBuffer, "inputBuffer");
+  check.scaled(outputBuffer, inputBuffer, check.size(), "outputBuffer");
+  return enqueue(
+      &queue_,
+      c10d::OpType::_ALLGATHER_BASE,
+      __func__,
+      "ucx_all:_allgather_base",
+      opts.timeout,
+      std::vector<at::Tensor>{outputBuffer},
+      std::vector<at::Tensor>{inputBuffer},
+      [=](const OpContext& ctx, WorkUcxAll&) mutable {
+        ops::_allgather_base(ctx, outputBuffer, inputBuffer);
+      });
+}
+
+// All-gathers several tensors as one operation.
+c10::intrusive_ptr<c10d::Work> BackendUcxAll::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>& outputTensorLists,
+    std::vector<at::Tensor>& inputTensors,
+    const c10d::AllgatherOptions& opts) {
+  const Check check(*group_, __func__);
+  check.many(inputTensors, "inputTensors");
+  check.coalescedPerRank(outputTensorLists, inputTensors, "outputTensorLists");
+  return enqueue(
+      &queue_,
+      c10d::OpType::ALLGATHER_COALESCED,
+      __func__,
+      "ucx_all:allgather_coalesced",
+      opts.timeout,
+      outputTensorLists,
+      inputTensors,
+      [=](const OpContext& ctx, WorkUcxAll&) mutable {
+        ops::allgather_coalesced(ctx, outputTensorLists, inputTensors);
+      });
+}
+
+// Runs several flat all-gathers as one operation.
+#if UCX_ALL_TORCH_2_14
+c10::intrusive_ptr<c10d::Work> BackendUcxAll::all_gather_single_coalesced(
+#else
+c10::intrusive_ptr<c10d::Work> BackendUcxAll::allgather_into_tensor_coalesced(
+#endif
+    std::vector<at::Tensor>& outputs,
+    std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  const Check check(*group_, __func__);
+  check.many(inputs, "inputs");
+  check.scaledPairs(outputs, inputs, check.size(), "outputs");
+  return enqueue(
+      &queue_,
+#if UCX_ALL_TORCH_2_14
+      c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED,
+#else
+      c10d::OpType::COALESCED,
+#endif
+      __func__,
+      "ucx_all:allgather_into_tensor_coalesced",
+      opts.timeout,
+      outputs,
+      inputs,
+      [=](const OpContext& ctx, WorkUcxAll&) mutable {
+        ops::allgather_into_tensor_coalesced(ctx, outputs, inputs);
+      });
+}
+
+// Gathers the tensor of every rank into a list on the root.
+c10::intrusive_ptr<c10d::Work> BackendUcxAll::gather(
+    std::vector<std::vector<at::Tensor>>& outputTensors,
+    std::vector<at::Tensor>& inputTensors,
+    const c10d::GatherOptions& opts) {
+  const Check check(*group_, __func__);
+  const int root = check.root(opts.rootRank);
+  const at::Tensor& input = check.one(inputTensors, "inputTensors");
+  std::vector<at::Tensor> outputs = check.rootList(outputTensors, root, input, "outputTensors");
+  return enqueue(
+      &queue_,
+      c10d::OpType::GATHER,
+      __func__,
+      "ucx_all:gather",
+      opts.timeout,
+      outputTensors,
+      inputTensors,
+      [=](const OpContext& ctx, WorkUcxAll&) mutable {
+        ops::gather(ctx, outputs, input, root);
+      });
+}
+
+// Gathers the tensor of every rank into one flat tensor on the root.
+#if UCX_ALL_TORCH_2_14  // added in torch 2.14
+c10::intrusive_ptr<c10d::Work> BackendUcxAll::gather_single(
+    at::Tensor& outputBuffer,
+    at::Tensor& inputBuffer,
+    const c10d::GatherOptions& opts) {
+  const Check check(*group_, __func__);
+  const int root = check.root(opts.rootRank);
+  check.tensor(inputBuffer, "inputBuffer");
+  check.scaledOnRoot(outputBuffer, inputBuffer, root, "outputBuffer");
+  return enqueue(
+      &queue_,
+      c10d::OpType::GATHER,
+      __func__,
+      "ucx_all:gather_single",
+      opts.timeout,
+      std::vector<at::Tensor>{outputBuffer},
+      std::vector<at::Tensor>{inputBuffer},
+      [=](const OpContext& ctx, WorkUcxAll&) mutable {
+        ops::gather_single(ctx, outputBuffer, inputBuffer, root);
+      });
+}
+#endif
+
+// Sends the root's i-th tensor to rank i.
+c10::intrusive_ptr<c10d::Work> BackendUcxAll::scatter(
+    std::vector<at::Tensor>& outputTensors,
+    std::vector<std::vector<at::Tensor>>& inputTensors,
+    const c10d::ScatterOptions& opts) {
+  const Check check(*group_, __func__);
+  const int root = check.root(opts.rootRank);
+  at::Tensor& output = check.one(outputTensors, "outputTensors");
+  const std::vector<at::Tensor> inputs = check.rootList(inputTensors, root, output, "inputTensors");
+  return enqueue(
+      &queue_,
+      c10d::OpType::SCATTER,
+      __func__,
+      "ucx_all:scatter",
+      opts.timeout,
+      outputTensors,
+      inputTensors,
+      [=](const OpContext& ctx, WorkUcxAll&) mutable {
+        ops::scatter(ctx, output, inputs, root);
+      });
+}
+
+// Reduces the i-th tensor of every rank into the output of rank i.
+c10::intrusive_ptr<c10d::Work> BackendUcxAll::reduce_scatter(
+    std::vector<at::Tensor>& outputTensors,
+    std::vector<std::vector<at::Tensor>>& inputTensors,
+    const c10d::ReduceScatterOptions& opts) {
+  const Check check(*group_, __func__);
+  at::Tensor& output = check.one(outputTensors, "outputTensors");
+  const std::vector<at::Tensor>& inputs = check.oneList(inputTensors, "inputTensors");
+  check.perRank(inputs, output, "inputTensors[0]");
+  const Reduction op = check.reduction(opts.reduceOp, output);
+  return enqueue(
+      &queue_,
+      c10d::OpType::REDUCE_SCATTER,
+      __func__,
+      "ucx_all:reduce_scatter",
+      opts.timeout,
+      outputTensors,
+      inputTensors,
+      [=](const OpContext& ctx, WorkUcxAll&) mutable {
+        ops::reduce_scatter(ctx, output, inputs, op);
+      });
+}
+
+// Reduces one flat tensor of every rank; rank i keeps the i-th chunk.
+#if UCX_ALL_TORCH_2_14
+c10::intrusive_ptr<c10d::Work> BackendUcxAll::reduce_scatter_single(
+#else
+c10::intrusive_ptr<c10d::Work> BackendUcxAll::_reduce_scatter_base(
+#endif
+    at::Tensor& outputBuffer,
+    at::Tensor& inputBuffer,
+    const c10d::ReduceScatterOptions& opts) {
+  const Check check(*group_, __func__);
+  check.tensor(outputBuffer, "outputBuffer");
+  check.scaled(inputBuffer, outputBuffer, check.size(), "inputBuffer");
+  const Reduction op = check.reduction(opts.reduceOp, outputBuffer);
+  return enqueue(
+      &queue_,
+      c10d::OpType::_REDUCE_SCATTER_BASE,
+      __func__,
+      "ucx_all:_reduce_scatter_base",
+      opts.timeout,
+      std::vector<at::Tensor>{outputBuffer},
+      std::vector<at::Tensor>{inputBuffer},
+      [=](const OpContext& ctx, WorkUcxAll&) mutable {
+        ops::_reduce_scatter_base(ctx, outputBuffer, inputBuffer, op);
+      });
+}
+
+// Runs several flat reduce-scatters as one operation.
+#if UCX_ALL_TORCH_2_14
+c10::intrusive_ptr<c10d::Work> BackendUcxAll::reduce_scatter_single_coalesced(
+#else
+c10::intrusive_ptr<c10d::Work> BackendUcxAll::reduce_scatter_tensor_coalesced(
+#endif
+    std::vector<at::Tensor>& outputs,
+    std::vector<at::Tensor>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  const Check check(*group_, __func__);
+  check.many(outputs, "outputs");
+  check.scaledPairs(inputs, outputs, check.size(), "inputs");
+  const Reduction op = check.reduction(opts.reduceOp, outputs.front());
+  return enqueue(
+      &queue_,
+      c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED,
+      __func__,
+      "ucx_all:reduce_scatter_tensor_coalesced",
+      opts.timeout,
+      outputs,
+      inputs,
+      [=](const OpContext& ctx, WorkUcxAll&) mutable {
+        ops::reduce_scatter_tensor_coalesced(ctx, outputs, inputs, op);
+      });
+}
+
+// Every rank sends a slice of one flat tensor to every rank (splits may be uneven).
+#if UCX_ALL_TORCH_2_14
+c10::intrusive_ptr<c10d::Work> BackendUcxAll::all_to_all_single(
+#else
+c10::intrusive_ptr<c10d::Work> BackendUcxAll::alltoall_base(
+#endif
+    at::Tensor& outputBuffer,
+    at::Tensor& inputBuffer,
+    std::vector<int64_t>& outputSplitSizes,
+    std::vector<int64_t>& inputSplitSizes,
+    const c10d::AllToAllOptions& opts) {
+  const Check check(*group_, __func__);
+  check.tensor(inputBuffer, "inputBuffer");
+  check.tensor(outputBuffer, "outputBuffer");
+  check.sameDtype(outputBuffer, inputBuffer, "outputBuffer");
+  const std::vector<int64_t> outputSplits = check.splits(outputSplitSizes, outputBuffer, "outputSplitSizes");
+  const std::vector<int64_t> inputSplits = check.splits(inputSplitSizes, inputBuffer, "inputSplitSizes");
+  return enqueue(
+      &queue_,
+      c10d::OpType::ALLTOALL_BASE,
+      __func__,
+      "ucx_all:alltoall_base",
+      opts.timeout,
+      std::vector<at::Tensor>{outputBuffer},
+      std::vector<at::Tensor>{inputBuffer},
+      [=](const OpContext& ctx, WorkUcxAll&) mutable {
+        ops::alltoall_base(ctx, outputBuffer, inputBuffer, outputSplits, inputSplits);
+      });
+}
+
+// Every rank sends its i-th tensor to rank i.
+c10::intrusive_ptr<c10d::Work> BackendUcxAll::alltoall(
+    std::vector<at::Tensor>& outputTensors,
+    std::vector<at::Tensor>& inputTensors,
+    const c10d::AllToAllOptions& opts) {
+  const Check check(*group_, __func__);
+  check.perRankAnyShape(inputTensors, "inputTensors");
+  check.perRankAnyShape(outputTensors, "outputTensors");
+  check.sameDtype(outputTensors.front(), inputTensors.front(), "outputTensors");
+  return enqueue(
+      &queue_,
+      c10d::OpType::ALLTOALL,
+      __func__,
+      "ucx_all:alltoall",
+      opts.timeout,
+      outputTensors,
+      inputTensors,
+      [=](const OpContext& ctx, WorkUcxAll&) mutable {
+        ops::alltoall(ctx, outputTensors, inputTensors);
+      });
+}
+
+// Sends the tensor to one peer, matched by tag.
+c10::intrusive_ptr<c10d::Work> BackendUcxAll::send(
+    std::vector<at::Tensor>& tensors,
+    int dstRank,
+    int tag) {
+  const Check check(*group_, __func__);
+  const at::Tensor& tensor = check.one(tensors, "tensors");
+  const int dst = check.peer(dstRank, "dstRank");
+  return enqueue(
+      nullptr,
+      c10d::OpType::SEND,
+      __func__,
+      "ucx_all:send",
+      c10d::kUnsetTimeout,
+      tensors,
+      c10::IValue(),
+      [=](const OpContext& ctx, WorkUcxAll&) mutable {
+        ops::send(ctx, tensor, dst, tag);
+      });
+}
+
+// Receives a tensor from one peer, matched by tag.
+c10::intrusive_ptr<c10d::Work> BackendUcxAll::recv(
+    std::vector<at::Tensor>& tensors,
+    int srcRank,
+    int tag) {
+  const Check check(*group_, __func__);
+  at::Tensor& tensor = check.one(tensors, "tensors");
+  const int src = check.peer(srcRank, "srcRank");
+  return enqueue(
+      &receives_,
+      c10d::OpType::RECV,
+      __func__,
+      "ucx_all:recv",
+      c10d::kUnsetTimeout,
+      tensors,
+      c10::IValue(),
+      [=](const OpContext& ctx, WorkUcxAll&) mutable {
+        ops::recv(ctx, tensor, src, tag);
+      });
+}
+
+// Receives a tensor from whichever peer sends first with the tag.
+c10::intrusive_ptr<c10d::Work> BackendUcxAll::recvAnysource(
+    std::vector<at::Tensor>& tensors,
+    int tag) {
+  const Check check(*group_, __func__);
+  at::Tensor& tensor = check.one(tensors, "tensors");
+  return enqueue(
+      &receives_,
+      c10d::OpType::RECVANYSOURCE,
+      __func__,
+      "ucx_all:recvAnysource",
+      c10d::kUnsetTimeout,
+      tensors,
+      c10::IValue(),
+      [=](const OpContext& ctx, WorkUcxAll& work) mutable {
+        work.setSourceRank(ops::recvAnysource(ctx, tensor, tag));
+      });
+}
+
+// Returns once every rank has entered it.
+c10::intrusive_ptr<c10d::Work> BackendUcxAll::barrier(
+    const c10d::BarrierOptions& opts) {
+  return enqueue(
+      &queue_,
+      c10d::OpType::BARRIER,
+      __func__,
+      "ucx_all:barrier",
+      opts.timeout,
+      std::vector<at::Tensor>{},
+      c10::IValue(),
+      [=](const OpContext& ctx, WorkUcxAll&) mutable {
+        ops::barrier(ctx);
+      });
+}
+
+} // namespace ucx_all_collectives

@@ -1,0 +1,413 @@
+// BackendUcxAll: a c10d::Backend registered with torch.distributed as "ucx_all".
+//
+// This is the plumbing every generated backend shares: argument checks, a work
+// queue served by one background thread, WorkUcxAll objects with real
+// state, timeouts, errors and shutdown. You should not need to edit it: the
+// collectives themselves are in ops.cpp.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <torch/version.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ops.hpp"
+
+// torch 2.14 renamed several collectives (_allgather_base became
+// all_gather_single, ...), kept the old names as deprecated aliases and added
+// gather_single. The backend overrides the canonical names of the torch it is
+// built against, and only the collectives that torch has.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 14)
+#define UCX_ALL_TORCH_2_14 1
+#else
+#define UCX_ALL_TORCH_2_14 0
+#endif
+
+namespace ucx_all_collectives {
+
+class WorkUcxAll;
+struct CudaOp;
+
+// Whether a process group can still be used on this rank. The first
+// collective that fails or times out leaves the ranks disagreeing on which
+// collective comes next, so from then on every op of the group fails at once,
+// naming that collective, instead of pairing with the wrong data.
+class Health {
+ public:
+  // Records the first failure; later ones change nothing.
+  void fail(const std::string& what);
+  // Null while the group is usable; after a failure, the error that refuses
+  // the op `who` ("Backend NAME (rank R): OP #SEQ").
+  std::exception_ptr refuse(const std::string& who) const;
+
+ private:
+  std::atomic<bool> failed_{false};
+  mutable std::mutex mutex_;
+  std::string failure_;
+};
+
+// Your library's communicator (ops.hpp) with its lifecycle: created by
+// ops::init or ops::split with the group, aborted at most once (ops::abort),
+// finalized once after the group's last op returned (ops::finalize).
+class Library {
+ public:
+  Library(std::shared_ptr<Bootstrap> store, std::shared_ptr<Communicator> comm);
+
+  Communicator& comm() const {
+    return *comm_;
+  }
+  // ops::abort, the first time only; safe from any thread.
+  void abort();
+  // Whether abort() was called.
+  bool aborted() const {
+    return aborted_.load();
+  }
+  // ops::finalize, the first time only.
+  void finalize();
+
+  std::atomic<int> running{0};  // op bodies running now
+
+ private:
+  const std::shared_ptr<Bootstrap> store_;  // outlives the communicator, which may keep it
+  const std::shared_ptr<Communicator> comm_;
+  std::atomic<bool> aborted_{false};
+  std::atomic<bool> finalized_{false};
+};
+
+// The Options of a group created without pg_options: the defaults in
+// ops.hpp, then the UCX_ALL_<FIELD> environment variables. Throws, naming the
+// variable, when one does not parse as its field's type.
+Options optionsFromEnvironment();
+
+// Runs queued work in order on one background thread, started on first use
+// (never at import time, so processes forked after `import` are safe). A
+// backend has two: one for receives (recv, recvAnysource) and one for every
+// other op, so that a receive waiting for its sender never holds up the ops
+// queued after it.
+//
+// The thread owns the queue's state (a shared_ptr), not the WorkQueue: when
+// the last reference to the backend is dropped from inside an op's callback,
+// the WorkQueue is destroyed on its own thread, which then leaves the loop
+// without touching freed memory.
+class WorkQueue {
+ public:
+  WorkQueue();
+  WorkQueue(const WorkQueue&) = delete;
+  WorkQueue& operator=(const WorkQueue&) = delete;
+  ~WorkQueue();
+
+  // Queues `work` behind everything queued before it; an op that is
+  // already in flight (started on the caller's thread) is polled until done.
+  void push(const c10::intrusive_ptr<WorkUcxAll>& work);
+
+  // Fails the work that has not started and waits up to `grace` for the
+  // running op to return (it sees the group aborted). A thread still busy
+  // after that is left behind with a warning: it owns what it uses. Safe from
+  // any thread, the queue's own included, and more than once. Returns whether
+  // no thread of the queue can still be running an op.
+  bool stop(std::chrono::milliseconds grace);
+
+  struct State;
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+// The Work handle torch.distributed returns for every op of this backend.
+class WorkUcxAll : public c10d::Work {
+ public:
+  // What the backend queues: the op body, run on the worker thread.
+  using Body = std::function<void(const OpContext&, WorkUcxAll&)>;
+
+  WorkUcxAll(
+      std::shared_ptr<Group> group,
+      std::shared_ptr<Health> health,
+      std::shared_ptr<Library> library,
+      c10d::OpType type,
+      const char* op,
+      const char* profilingTitle,
+      std::chrono::milliseconds timeout,
+      c10::IValue outputs,
+      Body body,
+      std::shared_ptr<CudaOp> cuda);
+
+  bool isCompleted() override;
+  bool isSuccess() const override;
+  std::exception_ptr exception() const override;
+  int sourceRank() const override;
+  std::vector<at::Tensor> result() override;
+  // Blocks until the op is done. A timeout of zero means the op's own timeout
+  // (the process group's unless the call gave one); when it passes, the op
+  // fails and this raises a RuntimeError naming the backend, op, rank and
+  // timeout. A shorter timeout given here only raises.
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  // Fails the op now; its body sees it cancelled.
+  void abort() override;
+  // For CUDA tensors: makes the caller's current stream wait for the op.
+  void synchronize() override;
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+  uint64_t getSequencenumber() const override;
+#if UCX_ALL_TORCH_2_14
+  std::chrono::milliseconds getTimeout() const override;
+#endif
+
+  // For recvAnysource: the group rank the message came from.
+  void setSourceRank(int rank);
+
+  // Runs the body (on the thread the op belongs to) and completes the future
+  // unless the body completes it later (see inFlight()).
+  void run();
+  // Whether the body returned before the op completed (OpContext::completeLater).
+  bool inFlight() const {
+    return static_cast<bool>(later_);
+  }
+  // For an op in flight: true once it completed, or failed.
+  bool poll();
+  // Completes the op with `error` (nullptr for success). Only the first call
+  // counts: an op that timed out in wait() stays failed when its body returns.
+  void finish(std::exception_ptr error);
+  // "Backend NAME (rank R): OP #SEQ", the start of every message about the op.
+  std::string describe() const;
+  // Every op but send and receive.
+  bool isCollective() const;
+
+ private:
+  friend class BackendUcxAll;
+
+  // Why the op must not start (null when it may): the group was destroyed or
+  // can no longer be used, or the op's deadline passed while it was queued.
+  std::exception_ptr refusal() const;
+
+  const std::shared_ptr<Group> group_;
+  const std::shared_ptr<Health> health_;
+  const std::shared_ptr<Library> library_;
+  const char* const op_;
+  const std::chrono::milliseconds timeout_;
+  const std::chrono::steady_clock::time_point deadline_;
+  const c10::IValue outputs_;
+  Body body_;
+  std::function<bool()> later_;  // set by OpContext::completeLater
+  const std::shared_ptr<CudaOp> cuda_;  // null for CPU ops
+  uint64_t seq_ = 0;         // the op's number in the group (set when issued)
+  uint64_t collective_ = 0;  // the collective's number, the same on every rank
+  int sourceRank_ = -1;
+  std::atomic<bool> cancelled_{false};  // the body should give up
+  std::atomic<bool> finishing_{false};
+  std::atomic<bool> done_{false};
+  std::exception_ptr error_;  // written before done_ is set
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+class BackendUcxAll : public c10d::Backend {
+ public:
+  BackendUcxAll(
+      std::shared_ptr<Group> group,
+      std::shared_ptr<Library> library,
+      ucx_all_collectives::Options options,
+      std::chrono::milliseconds timeout);
+  ~BackendUcxAll() override;
+
+  // The creator torch.distributed calls for each process group (extended API),
+  // with the group's options (pg_options, else optionsFromEnvironment()).
+  // Creates the communicator: ops::split from the default group when this
+  // group is a subgroup of it and the user's split() gives one, else ops::init.
+  static c10::intrusive_ptr<c10d::Backend> create(
+      const c10d::DistributedBackendOptions& options,
+      const ucx_all_collectives::Options& userOptions);
+
+  // The options the group was created with.
+  const ucx_all_collectives::Options& options() const {
+    return options_;
+  }
+
+  const std::string getBackendName() const override;
+  // Fails the ops not started yet and stops the worker threads. Called by
+  // destroy_process_group(), abort() and the destructor; returns within a
+  // bounded time even while an op body is stuck in a library call.
+  void shutdown() override;
+  void abort() override;
+  // The default timeout of the ops issued from now on.
+  void setTimeout(std::chrono::milliseconds timeout) override;
+
+  // split_group (c10d's split path, taken where the default group has a
+  // device bound): the child's communicator comes from ops::split, else ops::init.
+  bool supportsSplitting() const override {
+    return true;
+  }
+  c10::intrusive_ptr<c10d::Backend> split(
+      const c10::intrusive_ptr<c10d::Store>& store,
+      const std::vector<int>& ranks,
+      const c10::intrusive_ptr<c10d::Backend::Options>& opts) override;
+  c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions() override;
+
+  // The number of collectives (every op but send and receive) issued so far
+  // on this rank, the same on every rank of a group that issues them in the
+  // same order. TORCH_DISTRIBUTED_DEBUG=DETAIL wraps every backend in a
+  // ProcessGroupWrapper, which calls these to check that ranks agree on the
+  // collective they run; the count starts at 0 in every new group.
+  void setSequenceNumberForGroup() override;
+  uint64_t getSequenceNumberForGroup() override;
+
+  // The collectives of this backend. torch.distributed raises
+  // "Backend ucx_all does not support <op>" for every other one.
+  c10::intrusive_ptr<c10d::Work> broadcast(
+      std::vector<at::Tensor>& tensors,
+      const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(
+      std::vector<at::Tensor>& tensors,
+      const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors,
+      const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(
+      std::vector<at::Tensor>& tensors,
+      const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(
+      std::vector<std::vector<at::Tensor>>& outputTensors,
+      std::vector<at::Tensor>& inputTensors,
+      const c10d::AllgatherOptions& opts) override;
+#if UCX_ALL_TORCH_2_14
+  c10::intrusive_ptr<c10d::Work> all_gather_single(
+      at::Tensor& outputBuffer,
+      at::Tensor& inputBuffer,
+      const c10d::AllgatherOptions& opts) override;
+#else
+  c10::intrusive_ptr<c10d::Work> _allgather_base(
+      at::Tensor& outputBuffer,
+      at::Tensor& inputBuffer,
+      const c10d::AllgatherOptions& opts) override;
+#endif
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& outputTensorLists,
+      std::vector<at::Tensor>& inputTensors,
+      const c10d::AllgatherOptions& opts) override;
+#if UCX_ALL_TORCH_2_14
+  c10::intrusive_ptr<c10d::Work> all_gather_single_coalesced(
+      std::vector<at::Tensor>& outputs,
+      std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+#else
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs,
+      std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+#endif
+  c10::intrusive_ptr<c10d::Work> gather(
+      std::vector<std::vector<at::Tensor>>& outputTensors,
+      std::vector<at::Tensor>& inputTensors,
+      const c10d::GatherOptions& opts) override;
+#if UCX_ALL_TORCH_2_14  // added in torch 2.14
+  c10::intrusive_ptr<c10d::Work> gather_single(
+      at::Tensor& outputBuffer,
+      at::Tensor& inputBuffer,
+      const c10d::GatherOptions& opts) override;
+#endif
+  c10::intrusive_ptr<c10d::Work> scatter(
+      std::vector<at::Tensor>& outputTensors,
+      std::vector<std::vector<at::Tensor>>& inputTensors,
+      const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(
+      std::vector<at::Tensor>& outputTensors,
+      std::vector<std::vector<at::Tensor>>& inputTensors,
+      const c10d::ReduceScatterOptions& opts) override;
+#if UCX_ALL_TORCH_2_14
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_single(
+      at::Tensor& outputBuffer,
+      at::Tensor& inputBuffer,
+      const c10d::ReduceScatterOptions& opts) override;
+#else
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& outputBuffer,
+      at::Tensor& inputBuffer,
+      const c10d::ReduceScatterOptions& opts) override;
+#endif
+#if UCX_ALL_TORCH_2_14
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_single_coalesced(
+      std::vector<at::Tensor>& outputs,
+      std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override;
+#else
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs,
+      std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override;
+#endif
+#if UCX_ALL_TORCH_2_14
+  c10::intrusive_ptr<c10d::Work> all_to_all_single(
+      at::Tensor& outputBuffer,
+      at::Tensor& inputBuffer,
+      std::vector<int64_t>& outputSplitSizes,
+      std::vector<int64_t>& inputSplitSizes,
+      const c10d::AllToAllOptions& opts) override;
+#else
+  c10::intrusive_ptr<c10d::Work> alltoall_base(
+      at::Tensor& outputBuffer,
+      at::Tensor& inputBuffer,
+      std::vector<int64_t>& outputSplitSizes,
+      std::vector<int64_t>& inputSplitSizes,
+      const c10d::AllToAllOptions& opts) override;
+#endif
+  c10::intrusive_ptr<c10d::Work> alltoall(
+      std::vector<at::Tensor>& outputTensors,
+      std::vector<at::Tensor>& inputTensors,
+      const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(
+      std::vector<at::Tensor>& tensors,
+      int dstRank,
+      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(
+      std::vector<at::Tensor>& tensors,
+      int srcRank,
+      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(
+      std::vector<at::Tensor>& tensors,
+      int tag) override;
+  c10::intrusive_ptr<c10d::Work> barrier(
+      const c10d::BarrierOptions& opts) override;
+
+ private:
+  // Numbers the op, then runs it on `queue`, or on the caller's thread when
+  // `queue` is null, and returns its Work. `inputs` holds the tensors the op
+  // reads but does not write (None when it works in place).
+  c10::intrusive_ptr<c10d::Work> enqueue(
+      WorkQueue* queue,
+      c10d::OpType type,
+      const char* op,
+      const char* profilingTitle,
+      std::chrono::milliseconds timeout,
+      c10::IValue outputs,
+      const c10::IValue& inputs,
+      WorkUcxAll::Body body);
+
+  // For an op on CUDA tensors: how it meets the caller's stream. Null for CPU.
+  std::shared_ptr<CudaOp> cudaOp(const c10::IValue& outputs, const c10::IValue& inputs);
+
+  const std::shared_ptr<Group> group_;
+  const std::shared_ptr<Health> health_ = std::make_shared<Health>();
+  const std::shared_ptr<Library> library_;
+  const ucx_all_collectives::Options options_;
+  std::atomic<int64_t> timeoutMs_;  // the default op timeout (setTimeout)
+  std::mutex streamsMutex_;
+  std::map<c10::DeviceIndex, c10::Stream> streams_;  // the backend's CUDA stream per device
+  // Ops are numbered and queued under issueMutex_, so that each queue runs
+  // them in the order of their numbers, whichever threads issue them.
+  std::mutex issueMutex_;
+  uint64_t ops_ = 0;          // ops issued so far (each Work's sequence number)
+  uint64_t collectives_ = 0;  // collectives issued so far (see getSequenceNumberForGroup)
+  WorkQueue queue_;     // every op but the receives and sends
+  WorkQueue receives_;  // recv and recvAnysource (the catalogue's queue = "receives")
+};
+
+} // namespace ucx_all_collectives

@@ -1,0 +1,83 @@
+// The Python module ucx_all_collectives._C: the creator torch.distributed calls.
+//
+// This is the only file that includes pybind11 (through torch's pybind.h,
+// which also teaches it c10::intrusive_ptr); it is the slowest file to
+// compile, so it holds nothing else. Registration happens in Python, in
+// ucx_all_collectives/__init__.py.
+#include <torch/csrc/utils/pybind.h>
+
+#include "backend.hpp"
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
+  module.doc() = "C++ core of the \"ucx_all\" torch.distributed backend.";
+
+  // Options: the C++ struct of ops.hpp, one attribute per field listed in
+  // describeOptions(). A new object starts from the UCX_ALL_* environment
+  // variables; keywords override them.
+  py::class_<ucx_all_collectives::Options> options(
+      module, "Options", "Options of a \"ucx_all\" process group (pg_options=...).");
+  options.def(
+      py::init([](const py::kwargs& fields) {
+        ucx_all_collectives::Options result = ucx_all_collectives::optionsFromEnvironment();
+        py::object self = py::cast(result);
+        for (const auto& [name, value] : fields) {
+          if (!py::hasattr(self, name)) {
+            throw py::type_error(
+                "ucx_all: Options has no field " + py::str(name).cast<std::string>());
+          }
+          self.attr(name) = value;
+        }
+        return self.cast<ucx_all_collectives::Options>();
+      }),
+      "Options(**fields): the environment's values, then these fields.");
+  ucx_all_collectives::describeOptions([&options](const char* name, auto member, const char* doc) {
+    options.def_readwrite(name, member, doc);
+  });
+  options.def("__repr__", [](const py::object& self) {
+    std::string text = "Options(";
+    const char* separator = "";
+    ucx_all_collectives::describeOptions([&](const char* name, auto /* member */, const char* /* doc */) {
+      text += separator + std::string(name) + "=" + py::repr(self.attr(name)).cast<std::string>();
+      separator = ", ";
+    });
+    return text + ")";
+  });
+
+  module.def(
+      "create_backend",
+      [](const c10d::DistributedBackendOptions& dist, const py::object& pgOptions) {
+        ucx_all_collectives::Options options;
+        if (pgOptions.is_none()) {
+          options = ucx_all_collectives::optionsFromEnvironment();
+        } else if (py::isinstance<ucx_all_collectives::Options>(pgOptions)) {
+          options = pgOptions.cast<ucx_all_collectives::Options>();
+        } else {
+          throw py::type_error(
+              "Backend ucx_all: pg_options must be ucx_all_collectives.Options, not " +
+              py::str(py::type::of(pgOptions).attr("__name__")).cast<std::string>());
+        }
+        py::gil_scoped_release release;
+        return ucx_all_collectives::BackendUcxAll::create(dist, options);
+      },
+      py::arg("options"),
+      py::arg("backend_options") = py::none(),
+      "Creates the backend of one process group (torch.distributed's extended API).");
+
+  module.def(
+      "group_options",
+      [](const c10::intrusive_ptr<c10d::Backend>& backend) {
+        auto* ours = dynamic_cast<ucx_all_collectives::BackendUcxAll*>(backend.get());
+        if (ours == nullptr) {
+          throw py::type_error("ucx_all: not a backend of ucx_all_collectives");
+        }
+        return ours->options();
+      },
+      py::arg("backend"),
+      "The Options a backend of this package was created with.");
+
+#ifdef WITH_CUDA
+  module.attr("WITH_CUDA") = true;
+#else
+  module.attr("WITH_CUDA") = false;
+#endif
+}

@@ -1,0 +1,66 @@
+"""The "ucx_all" backend for torch.distributed.
+
+Importing this package registers the backend::
+
+    import torch.distributed as dist
+    import ucx_all_collectives  # noqa: F401
+
+    dist.init_process_group("ucx_all", rank=rank, world_size=world_size)
+
+Once the package is installed, ``import torch`` registers it too (see
+``_ucx_all_collectives_autoload``), so scripts that never import it work as well.
+"""
+
+import torch  # noqa: F401  (loads libtorch before the extension)
+import torch.distributed as dist
+
+from ._torch_check import check_torch
+
+check_torch()  # a build for another torch fails here, in one line, not with undefined symbols
+from . import _C  # noqa: E402
+
+__version__ = "0.1.0"
+
+#: The name to pass to ``torch.distributed.init_process_group``.
+BACKEND_NAME = "ucx_all"
+#: The devices the backend is registered for.
+DEVICES = ["cpu", "cuda"]
+#: The collectives the backend implements; every other one raises a RuntimeError.
+OPS = [
+    "broadcast",
+    "allreduce",
+    "allreduce_coalesced",
+    "reduce",
+    "allgather",
+    "_allgather_base",
+    "allgather_coalesced",
+    "allgather_into_tensor_coalesced",
+    "gather",
+    "gather_single",
+    "scatter",
+    "reduce_scatter",
+    "_reduce_scatter_base",
+    "reduce_scatter_tensor_coalesced",
+    "alltoall_base",
+    "alltoall",
+    "send",
+    "recv",
+    "recvAnysource",
+    "barrier",
+]
+#: Whether this build handles CUDA tensors.
+WITH_CUDA = _C.WITH_CUDA
+#: The options of a process group (the ``Options`` struct of csrc/ops.hpp):
+#: ``init_process_group(BACKEND_NAME, pg_options=Options(verbose=True))``. A field
+#: not given takes its value from the environment variable ``UCX_ALL_<FIELD>``.
+Options = _C.Options
+
+dist.Backend.register_backend(
+    BACKEND_NAME, _C.create_backend, extended_api=True, devices=DEVICES
+)
+
+
+def group_options(group: dist.ProcessGroup | None = None) -> Options:
+    """The :class:`Options` ``group`` (default: the default group) was created with."""
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    return _C.group_options(pg._get_backend(torch.device(DEVICES[0])))

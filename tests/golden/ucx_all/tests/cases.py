@@ -1,0 +1,867 @@
+"""Test cases, run on every rank of a harness.Cluster.
+
+Each case calls torch.distributed the way a user would and compares the result
+with an expectation computed here, independently of any backend. The per-op
+cases come from new-backend's catalogue of collectives.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import os
+import threading
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch.torch_version import TorchVersion
+from harness import BACKEND, Skip
+
+import ucx_all_collectives
+
+#: The ops the backend implements.
+OPS = {
+    "broadcast",
+    "allreduce",
+    "allreduce_coalesced",
+    "reduce",
+    "allgather",
+    "_allgather_base",
+    "allgather_coalesced",
+    "allgather_into_tensor_coalesced",
+    "gather",
+    "gather_single",
+    "scatter",
+    "reduce_scatter",
+    "_reduce_scatter_base",
+    "reduce_scatter_tensor_coalesced",
+    "alltoall_base",
+    "alltoall",
+    "send",
+    "recv",
+    "recvAnysource",
+    "barrier",
+}
+#: The device the cases use: the backend's first device.
+DEVICE = "cpu" if "cpu" in ucx_all_collectives.DEVICES else "cuda"
+#: Whether the backend really communicates (False: the tutorial's dummy semantics).
+REAL = True
+
+_GROUPS: dict[tuple, object] = {}
+
+
+def subgroup(ranks: tuple[int, ...], backend: str | None = None):
+    """The process group of ``ranks``, created once (every rank must take part)."""
+    if (ranks, backend) not in _GROUPS:
+        _GROUPS[ranks, backend] = dist.new_group(list(ranks), backend=backend)
+    return _GROUPS[ranks, backend]
+
+
+def gloo_group():
+    """gloo over every rank: the reference the tests compare this backend with."""
+    return subgroup(tuple(range(dist.get_world_size())), backend="gloo")
+
+
+class Ctx:
+    """What a case knows: who this rank is, what to send, what to expect."""
+
+    def __init__(
+        self,
+        dtype: str = "float32",
+        reduce_op: str = "SUM",
+        root_index: int = 0,
+        async_op: bool = False,
+        n: int = 10,
+        group_ranks: tuple[int, ...] | None = None,
+        noncontiguous: bool = False,
+        gloo: bool = False,
+        device: str = DEVICE,
+    ):
+        self.rank = dist.get_rank()
+        self.group = gloo_group() if gloo else None
+        self.ranks = list(range(dist.get_world_size()))
+        if group_ranks is not None:
+            group = subgroup(tuple(group_ranks))
+            if self.rank not in group_ranks:
+                raise _NotMember
+            self.group = group
+            self.ranks = list(group_ranks)
+        self.world = len(self.ranks)
+        self.index = self.ranks.index(self.rank)
+        self.root = self.ranks[root_index % self.world]
+        self.dtype = getattr(torch, dtype)
+        self.op = getattr(dist.ReduceOp, reduce_op)
+        self.async_op = async_op
+        self.handles: list | None = None  # when a list, finish() keeps handles instead
+        self.n = n
+        self.noncontiguous = noncontiguous
+        self.device = torch.device(device)
+        if self.device.type == "cuda":
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.real = REAL
+        self.ops = OPS
+
+    @property
+    def next_rank(self) -> int:
+        return self.ranks[(self.index + 1) % self.world]
+
+    @property
+    def prev_rank(self) -> int:
+        return self.ranks[(self.index - 1) % self.world]
+
+    # -- data ---------------------------------------------------------------
+
+    def _layout(self, t: torch.Tensor) -> torch.Tensor:
+        t = t.to(self.device)
+        if not self.noncontiguous:
+            return t
+        strided = torch.zeros(t.numel(), 2, dtype=t.dtype, device=self.device)[:, 0]
+        strided.copy_(t)  # every other element
+        return strided
+
+    def data(self, rank: int, shift: int = 0, n: int | None = None) -> torch.Tensor:
+        """What ``rank`` sends as its ``shift``-th tensor: integers 1 to 8 that tell ranks apart.
+
+        Element 0 is ``1 + rank``, element 1 is ``1 + (rank + shift) % 8``: up to
+        8 ranks and 8 shifts, every (rank, shift) sends a different tensor, so a
+        result holding another rank's or chunk's data, or ranks in another order,
+        is wrong. The other elements cycle through 1 to 4 with the position, rank
+        and shift. Over up to 8 ranks, sums (at most 36) and products stay exact
+        in int8, uint8, float16 and bfloat16 (wrapping alike in the integers),
+        every value is a float8 number, and every two reduce ops give different
+        results (their bit patterns differ too: 1, 2, 3, 4...). bool keeps the
+        low bit.
+        """
+        n = self.n if n is None else n
+        values = 1 + (torch.arange(n) + 2 * rank + shift) % 4
+        values[:2] = torch.tensor([1 + rank % 8, 1 + (rank + shift) % 8])[:n]
+        if self.dtype == torch.bool:
+            values = values % 2
+        return self._layout(values.to(self.dtype))
+
+    def empty(self, n: int | None = None) -> torch.Tensor:
+        """An output tensor, filled with a value no rank sends (12: exact in every dtype)."""
+        n = self.n if n is None else n
+        fill = True if self.dtype == torch.bool else 12
+        return self._layout(torch.full((n,), fill, dtype=self.dtype))
+
+    def reduce(self, tensors: list[torch.Tensor]) -> torch.Tensor:
+        """The reduction of ``tensors`` with ``self.op``, computed in a wide type."""
+        if self.dtype.is_complex:
+            wide = torch.complex128
+        elif self.dtype.is_floating_point:
+            wide = torch.float64
+        else:
+            wide = torch.int64
+        xs = [t.to(wide) for t in tensors]
+        op = self.op
+        if op == dist.ReduceOp.SUM:
+            result = functools.reduce(torch.add, xs)
+        elif op == dist.ReduceOp.AVG:
+            result = functools.reduce(torch.add, xs) / len(xs)
+        elif op == dist.ReduceOp.PRODUCT:
+            result = functools.reduce(torch.mul, xs)
+        elif op == dist.ReduceOp.MIN:
+            result = functools.reduce(torch.minimum, xs)
+        elif op == dist.ReduceOp.MAX:
+            result = functools.reduce(torch.maximum, xs)
+        elif op == dist.ReduceOp.BAND:
+            result = functools.reduce(torch.bitwise_and, xs)
+        elif op == dist.ReduceOp.BOR:
+            result = functools.reduce(torch.bitwise_or, xs)
+        elif op == dist.ReduceOp.BXOR:
+            result = functools.reduce(torch.bitwise_xor, xs)
+        else:
+            raise ValueError(f"no expectation for {op}")
+        return result.to(self.dtype)
+
+    def check(self, actual: torch.Tensor, expected: torch.Tensor) -> None:
+        """``actual`` is ``expected`` (for the dummy: zeros shaped like ``expected``)."""
+        assert actual.shape == expected.shape, f"shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+        assert actual.dtype == expected.dtype, f"dtype {actual.dtype} != {expected.dtype}"
+        if not self.real:
+            assert not actual.any(), f"{BACKEND} should zero its outputs, got {actual}"
+            return
+        if self.dtype.itemsize == 1 and self.dtype.is_floating_point:  # float8: compare bits
+            assert torch.equal(actual.view(torch.uint8), expected.view(torch.uint8)), (
+                f"got {actual}, expected {expected}"
+            )
+        elif self.dtype.is_floating_point or self.dtype.is_complex:
+            loose = self.dtype in (torch.float16, torch.bfloat16)
+            torch.testing.assert_close(
+                actual, expected, rtol=1e-2 if loose else 1e-5, atol=1e-2 if loose else 1e-6
+            )
+        else:
+            assert torch.equal(actual, expected), f"got {actual}, expected {expected}"
+
+    # -- calling torch.distributed -----------------------------------------------
+
+    def api(self, *names: str):
+        """The first of ``names`` this torch.distributed has (names change across releases)."""
+        for name in names:
+            if hasattr(dist, name):
+                return getattr(dist, name)
+        raise Skip(f"torch {torch.__version__} has none of {', '.join(names)}: a newer torch has")
+
+    def finish(self, handle) -> None:
+        """Checks what a call returned: nothing when synchronous, a finished handle otherwise."""
+        if not self.async_op:
+            assert handle is None, f"a synchronous call returned {handle!r}"
+            return
+        assert handle is not None, "an async_op=True call returned no handle"
+        if self.handles is not None:
+            self.handles.append(handle)
+            return
+        if isinstance(handle, torch._C.Future):  # some calls return a bare future
+            handle.wait()
+            assert handle.done()
+            return
+        future = handle.get_future()
+        chained = future.then(lambda f: [t.clone() for t in _tensors(f.value())])
+        assert handle.wait(timeout=timedelta(seconds=60)) is True
+        assert handle.is_completed() and handle.is_success()
+        assert handle.exception() is None
+        assert future.done()
+        outputs = _tensors(future.value())  # raises if the op failed
+        assert [t.data_ptr() for t in handle.result()] == [t.data_ptr() for t in outputs]
+        copies = chained.wait()
+        assert len(copies) == len(outputs)
+        assert all(torch.equal(a, b) for a, b in zip(copies, outputs))
+
+    def call(self, fn, *args, **kwargs) -> None:
+        """Calls a collective with this case's group and async_op, and finishes it."""
+        kwargs.setdefault("group", self.group)
+        kwargs.setdefault("async_op", self.async_op)
+        self.finish(fn(*args, **kwargs))
+
+    def p2p(self, blocking, nonblocking, *args, **kwargs) -> None:
+        """send/recv have no async_op: use isend/irecv for async cases."""
+        kwargs.setdefault("group", self.group)
+        if self.async_op:
+            self.finish(nonblocking(*args, **kwargs))
+        else:
+            blocking(*args, **kwargs)
+
+    def coalesced(self, issue) -> None:
+        """Issues collectives inside torch.distributed's coalescing manager."""
+        with dist._coalescing_manager(group=self.group, async_ops=self.async_op) as manager:
+            issue()
+        if self.async_op:
+            manager.wait()
+
+    def ring_exchange(self, tag: int) -> None:
+        """Every rank sends to the next and receives from the previous one."""
+        out = self.empty()
+        works = [
+            dist.isend(self.data(self.rank), self.next_rank, group=self.group, tag=tag),
+            dist.irecv(out, self.prev_rank, group=self.group, tag=tag),
+        ]
+        for work in works:
+            assert work.wait() is True
+        self.check(out, self.data(self.prev_rank))
+
+    def require(self, op: str, why: str) -> None:
+        if op not in self.ops:
+            raise Skip(f"{BACKEND} does not implement {op}: {why}")
+
+
+class _NotMember(Exception):
+    """This rank is not in the case's subgroup: nothing to do."""
+
+
+def _tensors(value) -> list[torch.Tensor]:
+    """The tensors in a future's value (a tensor, or nested lists of them), flattened."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    return [t for item in value for t in _tensors(item)]
+
+
+# -- one case per op (from new-backend's catalogue) ----------------------------
+
+
+def broadcast(ctx: Ctx) -> None:
+    """Copies the root's tensor into the tensor of every rank."""
+    t = ctx.data(ctx.rank)
+    ctx.call(dist.broadcast, t, src=ctx.root)
+    ctx.check(t, ctx.data(ctx.root))
+
+
+def allreduce(ctx: Ctx) -> None:
+    """Reduces the tensor of every rank; every rank gets the result."""
+    t = ctx.data(ctx.rank)
+    ctx.call(dist.all_reduce, t, op=ctx.op)
+    ctx.check(t, ctx.reduce([ctx.data(r) for r in ctx.ranks]))
+
+
+def allreduce_coalesced(ctx: Ctx) -> None:
+    """All-reduces several tensors as one operation."""
+    ts = [ctx.data(ctx.rank, shift=i, n=ctx.n + i) for i in range(3)]
+    ctx.call(dist.all_reduce_coalesced, ts, op=ctx.op)
+    for i, t in enumerate(ts):
+        ctx.check(t, ctx.reduce([ctx.data(r, shift=i, n=ctx.n + i) for r in ctx.ranks]))
+
+
+def reduce(ctx: Ctx) -> None:
+    """Reduces the tensor of every rank into the root's tensor."""
+    t = ctx.data(ctx.rank)
+    ctx.call(dist.reduce, t, dst=ctx.root, op=ctx.op)
+    if ctx.rank == ctx.root:
+        ctx.check(t, ctx.reduce([ctx.data(r) for r in ctx.ranks]))
+
+
+def allgather(ctx: Ctx) -> None:
+    """Gathers the tensor of every rank into a list on every rank."""
+    out = [ctx.empty() for _ in ctx.ranks]
+    ctx.call(dist.all_gather, out, ctx.data(ctx.rank))
+    for o, r in zip(out, ctx.ranks):
+        ctx.check(o, ctx.data(r))
+
+
+def _allgather_base(ctx: Ctx) -> None:
+    """Gathers the tensor of every rank into one flat tensor on every rank."""
+    out = ctx.empty(ctx.n * ctx.world)
+    ctx.call(ctx.api("all_gather_single", "all_gather_into_tensor"), out, ctx.data(ctx.rank))
+    ctx.check(out, torch.cat([ctx.data(r) for r in ctx.ranks]))
+
+
+def allgather_coalesced(ctx: Ctx) -> None:
+    """All-gathers several tensors as one operation."""
+    # Two tensors of one size and one of another.
+    sizes = [ctx.n, ctx.n, ctx.n + 1]
+    inputs = [ctx.data(ctx.rank, shift=i, n=size) for i, size in enumerate(sizes)]
+    outputs = [[ctx.empty(size) for size in sizes] for _ in ctx.ranks]
+    ctx.call(dist.all_gather_coalesced, outputs, inputs)
+    for from_rank, r in zip(outputs, ctx.ranks):
+        for i, (o, size) in enumerate(zip(from_rank, sizes)):
+            ctx.check(o, ctx.data(r, shift=i, n=size))
+
+
+def allgather_into_tensor_coalesced(ctx: Ctx) -> None:
+    """Runs several flat all-gathers as one operation."""
+    inputs = [ctx.data(ctx.rank, shift=i, n=ctx.n + i) for i in range(2)]
+    outputs = [ctx.empty((ctx.n + i) * ctx.world) for i in range(2)]
+    gather = ctx.api("all_gather_single", "all_gather_into_tensor")
+    ctx.coalesced(lambda: [gather(o, x, group=ctx.group) for o, x in zip(outputs, inputs)])
+    for i, o in enumerate(outputs):
+        ctx.check(o, torch.cat([ctx.data(r, shift=i, n=ctx.n + i) for r in ctx.ranks]))
+
+
+def gather(ctx: Ctx) -> None:
+    """Gathers the tensor of every rank into a list on the root."""
+    out = [ctx.empty() for _ in ctx.ranks] if ctx.rank == ctx.root else None
+    ctx.call(dist.gather, ctx.data(ctx.rank), gather_list=out, dst=ctx.root)
+    for o, r in zip(out or [], ctx.ranks):
+        ctx.check(o, ctx.data(r))
+
+
+def gather_single(ctx: Ctx) -> None:
+    """Gathers the tensor of every rank into one flat tensor on the root."""
+    gather = ctx.api("gather_single")
+    out = ctx.empty(ctx.n * ctx.world) if ctx.rank == ctx.root else None
+    ctx.call(gather, ctx.data(ctx.rank), gather_tensor=out, dst=ctx.root)
+    if out is not None:
+        ctx.check(out, torch.cat([ctx.data(r) for r in ctx.ranks]))
+
+
+def scatter(ctx: Ctx) -> None:
+    """Sends the root's i-th tensor to rank i."""
+    out = ctx.empty()
+    inputs = [ctx.data(r) for r in ctx.ranks] if ctx.rank == ctx.root else None
+    ctx.call(dist.scatter, out, scatter_list=inputs, src=ctx.root)
+    ctx.check(out, ctx.data(ctx.rank))
+
+
+def reduce_scatter(ctx: Ctx) -> None:
+    """Reduces the i-th tensor of every rank into the output of rank i."""
+    out = ctx.empty()
+    ctx.call(dist.reduce_scatter, out, [ctx.data(ctx.rank, shift=j) for j in range(ctx.world)], op=ctx.op)
+    ctx.check(out, ctx.reduce([ctx.data(r, shift=ctx.index) for r in ctx.ranks]))
+
+
+def _reduce_scatter_base(ctx: Ctx) -> None:
+    """Reduces one flat tensor of every rank; rank i keeps the i-th chunk."""
+    out = ctx.empty()
+    flat = torch.cat([ctx.data(ctx.rank, shift=j) for j in range(ctx.world)])
+    ctx.call(ctx.api("reduce_scatter_single", "reduce_scatter_tensor"), out, flat, op=ctx.op)
+    ctx.check(out, ctx.reduce([ctx.data(r, shift=ctx.index) for r in ctx.ranks]))
+
+
+def reduce_scatter_tensor_coalesced(ctx: Ctx) -> None:
+    """Runs several flat reduce-scatters as one operation."""
+    outputs = [ctx.empty(ctx.n + i) for i in range(2)]
+    inputs = [torch.cat([ctx.data(ctx.rank, shift=j, n=ctx.n + i) for j in range(ctx.world)]) for i in range(2)]
+    scatter = ctx.api("reduce_scatter_single", "reduce_scatter_tensor")
+    ctx.coalesced(lambda: [scatter(o, x, op=ctx.op, group=ctx.group) for o, x in zip(outputs, inputs)])
+    for i, o in enumerate(outputs):
+        ctx.check(o, ctx.reduce([ctx.data(r, shift=ctx.index, n=ctx.n + i) for r in ctx.ranks]))
+
+
+def alltoall_base(ctx: Ctx) -> None:
+    """Every rank sends a slice of one flat tensor to every rank (splits may be uneven)."""
+    # Even splits first, then uneven ones: rank i sends i + j + 1 elements to rank j.
+    out = ctx.empty(ctx.n * ctx.world)
+    ctx.call(dist.all_to_all_single, out, torch.cat([ctx.data(ctx.rank, shift=j) for j in range(ctx.world)]))
+    ctx.check(out, torch.cat([ctx.data(r, shift=ctx.index) for r in ctx.ranks]))
+    send = [ctx.data(ctx.rank, shift=j, n=ctx.index + j + 1) for j in range(ctx.world)]
+    sizes = [i + ctx.index + 1 for i in range(ctx.world)]
+    out = ctx.empty(sum(sizes))
+    ctx.call(dist.all_to_all_single, out, torch.cat(send), output_split_sizes=sizes,
+             input_split_sizes=[t.numel() for t in send])
+    ctx.check(out, torch.cat([ctx.data(r, shift=ctx.index, n=i + ctx.index + 1)
+                              for i, r in enumerate(ctx.ranks)]))
+
+
+def alltoall(ctx: Ctx) -> None:
+    """Every rank sends its i-th tensor to rank i."""
+    inputs = [ctx.data(ctx.rank, shift=j, n=ctx.index + j + 1) for j in range(ctx.world)]
+    outputs = [ctx.empty(i + ctx.index + 1) for i in range(ctx.world)]
+    ctx.call(dist.all_to_all, outputs, inputs)
+    for i, (o, r) in enumerate(zip(outputs, ctx.ranks)):
+        ctx.check(o, ctx.data(r, shift=ctx.index, n=i + ctx.index + 1))
+
+
+def send(ctx: Ctx) -> None:
+    """Sends the tensor to one peer, matched by tag."""
+    if ctx.real and "recv" in ctx.ops:
+        ctx.ring_exchange(tag=3)
+    else:
+        ctx.p2p(dist.send, dist.isend, ctx.data(ctx.rank), ctx.next_rank, tag=3)
+
+
+def recv(ctx: Ctx) -> None:
+    """Receives a tensor from one peer, matched by tag."""
+    if ctx.real:
+        ctx.require("send", "a receive needs a sender")
+        ctx.ring_exchange(tag=4)
+    else:
+        out = ctx.empty()
+        ctx.p2p(dist.recv, dist.irecv, out, ctx.prev_rank, tag=4)
+        ctx.check(out, ctx.data(ctx.prev_rank))
+
+
+def recvAnysource(ctx: Ctx) -> None:
+    """Receives a tensor from whichever peer sends first with the tag."""
+    if ctx.real:
+        ctx.require("send", "a receive needs a sender")
+        if ctx.index == 0:
+            sources = []
+            for _ in range(ctx.world - 1):
+                out = ctx.empty()
+                src = dist.recv(out, group=ctx.group, tag=5)
+                ctx.check(out, ctx.data(src))
+                sources.append(src)
+            assert sorted(sources) == ctx.ranks[1:], sources
+        else:
+            dist.send(ctx.data(ctx.rank), ctx.ranks[0], group=ctx.group, tag=5)
+    else:
+        out = ctx.empty()
+        assert dist.recv(out, group=ctx.group, tag=5) == ctx.next_rank
+        ctx.check(out, ctx.data(ctx.next_rank))
+
+
+def barrier(ctx: Ctx) -> None:
+    """Returns once every rank has entered it."""
+    # The last rank arrives late; with a real barrier nobody leaves before it came.
+    late = 0.5
+    if ctx.index == ctx.world - 1:
+        time.sleep(late)
+    start = time.monotonic()
+    ctx.call(dist.barrier)
+    if ctx.real and ctx.index != ctx.world - 1:
+        assert time.monotonic() - start > late / 2, "left the barrier before the last rank came"
+
+
+# -- cases about the backend as a whole ------------------------------------------
+
+#: The op the runtime cases use: one collective that needs every rank.
+PROBE = "allreduce"
+
+
+def probe(ctx: Ctx, n: int | None = None):
+    """Issues PROBE asynchronously and returns its Work."""
+    return dist.all_reduce(ctx.data(ctx.rank, n=n), group=ctx.group, async_op=True)
+
+
+def unsupported(ctx: Ctx) -> None:
+    """An op the backend lacks raises a RuntimeError that names the backend and the op."""
+    import pytest
+    # Every catalogue op is implemented; sparse all-reduce is not.
+    with pytest.raises(RuntimeError, match=f"Backend {BACKEND}"):
+        dist.all_reduce(torch.ones(2, 2).to_sparse(), group=ctx.group)
+
+
+def concurrent(ctx: Ctx, threads: int = 4, repeat: int = 5) -> None:
+    """PROBE from several Python threads at once: every call completes correctly.
+
+    Every thread issues the same collective with the same data, so whichever
+    thread's call a rank's call meets on another rank, the result is right.
+    """
+    if PROBE is None:
+        raise Skip("the backend has none of the ops the runtime cases use")
+    errors: list[str] = []
+
+    def issue() -> None:
+        try:
+            for _ in range(repeat):
+                globals()[PROBE](ctx)
+        except BaseException:
+            import traceback
+
+            errors.append(traceback.format_exc())
+
+    workers = [threading.Thread(target=issue) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert not errors, errors[0]
+
+
+def async_in_place_in_order(ctx: Ctx, calls: int = 12) -> None:
+    """Async all_reduces on one tensor, in place, waited for at the end: they run in order.
+
+    Each one sums what the previous one left, as with gloo: 2 ranks end at 2^12.
+    """
+    if "allreduce" not in ctx.ops or not ctx.real:
+        raise Skip("needs a real allreduce")
+    t = torch.ones(1024, dtype=torch.float64, device=ctx.device)  # world^12 stays exact
+    works = [dist.all_reduce(t, group=ctx.group, async_op=True) for _ in range(calls)]
+    for work in works:
+        work.wait()
+    expected = float(ctx.world**calls)
+    assert t.eq(expected).all(), f"{t[:4].tolist()} instead of {expected}"
+
+
+def destroy_pending(ctx: Ctx) -> None:
+    """destroy_process_group() with work pending: the work completes or fails clearly, fast."""
+    # With a real backend only rank 0 calls the op, so it cannot complete.
+    work = probe(ctx) if ctx.index == 0 or not ctx.real else None
+    start = time.monotonic()
+    dist.destroy_process_group()
+    if work is not None:
+        try:
+            assert work.wait() is True
+            assert not ctx.real, "a collective only rank 0 joined cannot succeed"
+        except RuntimeError as e:  # the dummy's op may also be cancelled before it ran
+            assert f"Backend {BACKEND}" in str(e) and "destroyed" in str(e), str(e)
+    assert time.monotonic() - start < 20, "destroy_process_group() took too long"
+
+
+def group_options(ctx: Ctx) -> None:
+    """pg_options and the UCX_ALL_* variables reach the group; a keyword beats the variable.
+
+    On 3 or more ranks the group given pg_options is [0, 2]: with mpi, ops::split
+    derives it from the default group's communicator.
+    """
+    variable = "UCX_ALL_VERBOSE"
+    assert variable not in os.environ, f"the test needs {variable} unset"
+    assert ucx_all_collectives.group_options().verbose is False  # the default in ops.hpp
+    assert repr(ucx_all_collectives.Options(verbose=True)) == "Options(verbose=True)"
+    os.environ[variable] = "1"
+    try:
+        assert ucx_all_collectives.Options().verbose is True
+        from_environment = dist.new_group(ctx.ranks)
+        members = [0, 2] if ctx.world >= 3 else ctx.ranks
+        given = dist.new_group(members, pg_options=ucx_all_collectives.Options(verbose=False))
+        os.environ[variable] = "maybe"
+        try:
+            dist.new_group(ctx.ranks)
+            raise AssertionError(f"{variable}=maybe was accepted")
+        except RuntimeError as e:
+            assert variable in str(e) and "boolean" in str(e), str(e)
+    finally:
+        del os.environ[variable]
+    assert ucx_all_collectives.group_options(from_environment).verbose is True
+    if ctx.rank in members:
+        assert ucx_all_collectives.group_options(given).verbose is False
+        t = ctx.data(ctx.rank)
+        dist.all_reduce(t, group=given)
+        ctx.check(t, sum(ctx.data(r) for r in members))
+
+
+def bad_calls(ctx: Ctx) -> None:
+    """Bad arguments fail at once, on the caller's thread, naming the backend, op and reason."""
+    import pytest
+
+    pg = ctx.group or dist.group.WORLD
+    here = ctx.ranks.index(ctx.rank)
+
+    def expect(op: str, reason: str):
+        pattern = rf"Backend {BACKEND} \(rank {here}\): {op}: .*{reason}"
+        return pytest.raises(RuntimeError, match=pattern)
+
+    checked = 0
+    with expect("allreduce", "exactly one tensor"):
+        pg.allreduce([ctx.data(0), ctx.data(0)])
+    options = dist.AllreduceOptions()
+    options.reduceOp = dist._make_nccl_premul_sum(2.0)
+    with expect("allreduce", "not supported"):
+        pg.allreduce([ctx.data(0)], options)
+    options.reduceOp = dist.ReduceOp.BAND
+    with expect("allreduce", "BAND is not supported for dtype Float"):
+        pg.allreduce([torch.ones(4)], options)
+    with expect("allreduce", "SUM is not supported for dtype Float8_e4m3fn"):
+        pg.allreduce([torch.ones(4).to(torch.float8_e4m3fn)])
+    checked += 1
+    options = dist.BroadcastOptions()
+    options.rootRank = ctx.world
+    with expect("broadcast", f"root rank {ctx.world} is out of range"):
+        pg.broadcast([ctx.data(0)], options)
+    checked += 1
+    with expect("allgather", "one tensor per rank"):
+        pg.allgather([[ctx.empty()] * (ctx.world + 1)], [ctx.data(0)])
+    with expect("allgather", "elements, expected"):
+        pg.allgather([[ctx.empty(ctx.n + 1) for _ in ctx.ranks]], [ctx.data(0)])
+    with expect("allgather", "has dtype Double"):
+        pg.allgather([[torch.zeros(ctx.n, dtype=torch.float64) for _ in ctx.ranks]], [torch.zeros(ctx.n)])
+    checked += 1
+    # Messages use the name of the torch the project was built against.
+    canonical = "all_to_all_single" if TorchVersion(torch.__version__) >= "2.14" else "alltoall_base"
+    with expect(canonical, "sums to"):
+        pg.alltoall_base(torch.zeros(ctx.world), torch.zeros(ctx.world), [2] * ctx.world, [1] * ctx.world)
+    checked += 1
+    with expect("send", "out of range"):
+        pg.send([ctx.data(0)], ctx.world, 0)
+    checked += 1
+    if not checked:
+        raise Skip("none of the ops these checks use is implemented")
+
+
+def cuda_streams(ctx: Ctx) -> None:
+    """On a side stream: a slow kernel, then the op. The op must see the kernel's result."""
+    if PROBE not in ("allreduce", "broadcast", "allgather"):
+        raise Skip("needs allreduce, broadcast or allgather")
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        t = torch.zeros(1 << 16, device="cuda")
+        torch.cuda._sleep(50_000_000)  # keeps the side stream busy for a while
+        t.fill_(ctx.rank + 1)
+        ctx.device = t.device
+        work = dist.all_reduce(t, async_op=True)
+        work.wait()  # the side stream now waits for the op
+        expected = float(sum(r + 1 for r in ctx.ranks)) if ctx.real else 0.0
+        result = t.clone()  # queued on the side stream, after the op
+    torch.cuda.synchronize()
+    assert torch.all(result == expected), f"expected {expected}, got {result[:4]}"
+
+
+def recv_from_each_source(ctx: Ctx) -> None:
+    """Two ranks send to a third with one tag: each receive takes its own source's message.
+
+    The second rank's message is sent first, the third rank's only after the
+    first rank posted both receives, the one from the third rank first: a
+    receive that ignores its source takes the second rank's message.
+    """
+    first, second, third = ctx.ranks[:3]
+    gloo = gloo_group()  # orders the sends without this backend's help
+    if ctx.rank == first:
+        outs = {third: ctx.empty(), second: ctx.empty()}
+        works = [dist.irecv(out, src, group=ctx.group, tag=6) for src, out in outs.items()]
+        time.sleep(0.2)  # the second rank's message is there: a receive may look at it
+        dist.barrier(group=gloo)
+        for work in works:
+            assert work.wait() is True
+        for src, out in outs.items():
+            ctx.check(out, ctx.data(src))
+    elif ctx.rank == second:
+        dist.send(ctx.data(ctx.rank), first, group=ctx.group, tag=6)
+        dist.barrier(group=gloo)
+    else:
+        dist.barrier(group=gloo)
+        if ctx.rank == third:
+            dist.send(ctx.data(ctx.rank), first, group=ctx.group, tag=6)
+
+
+def recv_by_tag(ctx: Ctx) -> None:
+    """Two messages from one rank, received in the other order: each matched by its tag."""
+    out7, out8 = ctx.empty(), ctx.empty()
+    works = [
+        dist.irecv(out8, ctx.prev_rank, group=ctx.group, tag=8),
+        dist.irecv(out7, ctx.prev_rank, group=ctx.group, tag=7),
+        dist.isend(ctx.data(ctx.rank, shift=1), ctx.next_rank, group=ctx.group, tag=7),
+        dist.isend(ctx.data(ctx.rank, shift=2), ctx.next_rank, group=ctx.group, tag=8),
+    ]
+    for work in works:
+        assert work.wait() is True
+    ctx.check(out7, ctx.data(ctx.prev_rank, shift=1))
+    ctx.check(out8, ctx.data(ctx.prev_rank, shift=2))
+
+
+# -- failures and the dtype matrix (backends that really communicate) --------------
+
+
+def timeout(ctx: Ctx) -> None:
+    """A rank that never joins a collective makes the others time out, not hang."""
+    import pytest
+
+    if ctx.index == ctx.world - 1:
+        return  # this rank never calls the op
+    work = probe(ctx)
+    here = rf"Backend {BACKEND} \(rank {ctx.index}\): {PROBE}"
+    with pytest.raises(RuntimeError, match=here + r".* within the 300 ms timeout"):
+        work.wait(timeout=timedelta(milliseconds=300))  # shorter than the op's own timeout
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=here + r".* within (its|the op's) \d+ ms timeout"):
+        work.wait()  # the op's timeout: the process group's
+    assert time.monotonic() - start < dist.distributed_c10d._get_default_timeout(BACKEND).total_seconds() + 60
+    assert work.is_completed() and not work.is_success()
+    assert work.exception() is not None
+
+
+def dead_rank(ctx: Ctx) -> None:
+    """A rank that dies makes its peers fail with a timeout error instead of hanging."""
+    import pytest
+
+    if ctx.index == ctx.world - 1:
+        os._exit(3)  # dies without a word
+    with pytest.raises(RuntimeError, match=rf"Backend {BACKEND} \(rank {ctx.index}\): {PROBE}.* timeout "):
+        probe(ctx).wait()
+
+
+def mismatch(ctx: Ctx) -> None:
+    """Ranks that disagree on the size of a collective get a clear error, not garbage."""
+    import pytest
+
+    if PROBE not in ("allreduce", "allgather", "_allgather_base"):
+        raise Skip(f"every rank must receive data in the probe op, and {PROBE} does not")
+    n = ctx.n + ctx.index
+    with pytest.raises(RuntimeError, match=rf"{PROBE}.*sent \d+ elements, but this rank expects {n}"):
+        probe(ctx, n=n).wait()
+
+
+#: The dtypes the matrix tries: gloo's and a few it lacks.
+MATRIX_DTYPES = [
+    "float32", "float64", "float16", "bfloat16", "int8", "uint8", "int16", "int32", "int64",
+    "bool", "complex64", "complex128", "uint16", "uint32", "uint64", "float8_e4m3fn", "float8_e5m2",
+]  # fmt: skip
+#: The ops that take a reduce op.
+REDUCING = {
+    "allreduce",
+    "allreduce_coalesced",
+    "reduce",
+    "reduce_scatter",
+    "_reduce_scatter_base",
+    "reduce_scatter_tensor_coalesced",
+}
+REDUCE_OPS = ["SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR"]
+#: What a backend may raise for a combination it does not support.
+REJECTIONS = (RuntimeError, ValueError, TypeError)
+
+
+def gloo_handles(dtype: str, reduce_op: str, reducing: bool) -> bool:
+    """Whether gloo's all_reduce (or all_gather) takes this dtype and reduce op."""
+    ctx = Ctx(gloo=True, dtype=dtype, reduce_op=reduce_op, n=2)
+    try:
+        if reducing:
+            dist.all_reduce(ctx.data(ctx.rank), op=ctx.op, group=ctx.group)
+        else:
+            dist.all_gather([ctx.empty() for _ in ctx.ranks], ctx.data(ctx.rank), group=ctx.group)
+    except REJECTIONS:
+        return False
+    return True
+
+
+def matrix(ctx: Ctx, op: str) -> list[str]:
+    """Every dtype x reduce op that gloo accepts, this backend accepts and gets right.
+
+    gloo runs the same case on a gloo group over the same ranks. Where gloo
+    accepts a combination this backend must give the expected result; where
+    gloo refuses, this backend may refuse too, with an error, but never give a
+    wrong result. For an op gloo lacks altogether (all_to_all), gloo's
+    all_reduce or all_gather says which dtypes are expected to work. Returns
+    the combinations this backend was required to handle.
+    """
+    reducing = op in REDUCING
+    try:
+        globals()[op](Ctx(gloo=True))
+        gloo_has_op = True
+    except REJECTIONS:
+        gloo_has_op = False
+    required = []
+    for dtype in MATRIX_DTYPES:
+        for reduce_op in REDUCE_OPS if reducing else ["SUM"]:
+            params = {"dtype": dtype, "reduce_op": reduce_op}
+            if gloo_has_op:
+                try:
+                    globals()[op](Ctx(gloo=True, **params))
+                    gloo_accepts = True
+                except REJECTIONS:
+                    gloo_accepts = False
+                except AssertionError:
+                    continue  # gloo itself gets another answer: nothing to compare with
+            else:
+                gloo_accepts = gloo_handles(dtype, reduce_op, reducing)
+            try:
+                globals()[op](Ctx(**params))
+            except REJECTIONS as e:
+                assert not gloo_accepts, f"{op} {dtype} {reduce_op}: gloo accepts it, {BACKEND} raised {e}"
+                continue
+            except AssertionError as e:
+                raise AssertionError(f"{op} {dtype} {reduce_op}: wrong result: {e}") from e
+            if gloo_accepts:
+                required.append(f"{dtype}/{reduce_op}")
+    return required
+
+
+def bench_and_a_plain_loop(ctx: Ctx, size: int, iters: int, rounds: int) -> dict | None:
+    """all_reduce of ``size`` bytes timed by the benchmark module and by a plain loop, alternated.
+
+    Returns, on rank 0, (module, loop) microseconds per call for each round,
+    and how many of the module's all_reduce calls started while an earlier
+    one was still running. The loop is what a user would write:
+    ``dist.all_reduce(t)`` ``iters`` times.
+    """
+    from ucx_all_collectives import bench
+
+    args = bench.parse_args([
+        "--collectives", "all_reduce", "-b", str(size), "-e", str(size), "-n", str(iters),
+        "-w", "3", "--check", "0", "--reference", "none", "--no-progress",
+    ])  # fmt: skip
+    all_reduce, works, overlapping = dist.all_reduce, [], 0
+
+    def watched(*args, **kwargs):
+        nonlocal overlapping
+        overlapping += any(not work.is_completed() for work in works)
+        work = all_reduce(*args, **kwargs)
+        if work is not None:
+            works.append(work)
+        return work
+
+    t = torch.ones(size // 4, device=args.device)
+    times = []
+    for _ in range(rounds):
+        dist.all_reduce = watched
+        try:
+            rows = bench.run_sweep(args)
+        finally:
+            dist.all_reduce = all_reduce
+        for _ in range(3):
+            dist.all_reduce(t)
+        start = time.perf_counter()
+        for _ in range(iters):
+            dist.all_reduce(t)
+        if t.is_cuda:
+            torch.cuda.synchronize()
+        loop = torch.tensor([(time.perf_counter() - start) / iters * 1e6])
+        dist.all_reduce(loop, op=dist.ReduceOp.MAX, group=gloo_group())  # the slowest rank, as the module
+        if rows is not None:
+            times.append((rows[0].results[BACKEND][bench.IP].time_us, loop.item()))
+    return {"rounds": times, "overlapping": overlapping} if ctx.rank == 0 else None
+
+
+def run(case: str, subgroup_ranks=None, **params):
+    """Entry point for harness: runs one case on this rank.
+
+    Parameters the case function takes go to it; the others configure its Ctx.
+    """
+    function = globals().get(case) or getattr(importlib.import_module("faults"), case)
+    accepted = inspect.signature(function).parameters
+    own = {name: params.pop(name) for name in list(params) if name in accepted}
+    try:
+        ctx = Ctx(group_ranks=subgroup_ranks, **params)
+    except _NotMember:
+        return None
+    return function(ctx, **own)

@@ -1,0 +1,337 @@
+"""Fault cases: late, dead, stopped and disagreeing ranks, teardown from anywhere, many threads.
+
+Each case runs on every rank of a harness.Cluster of its own (tests/test_failures.py
+and tests/test_runtime.py start them), since most leave the group unusable. What
+they hold the backend to, as gloo and NCCL behave: after any fault, the ranks
+get correct results or a clear error naming the backend, op and reason. Never
+wrong data, never a hang past the timeout, never a crash.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+import torch
+import torch.distributed as dist
+from cases import PROBE, Ctx, probe
+from harness import BACKEND, Skip
+
+#: What every later op of a group says once one of its collectives failed.
+UNUSABLE = r"this process group can no longer be used since .*; destroy it and create a new one"
+
+
+_SYNC: list = []
+
+
+def _sync_group():
+    """gloo over every rank, with a timeout longer than the cases' faults take."""
+    if not _SYNC:
+        _SYNC.append(dist.new_group(backend="gloo", timeout=timedelta(seconds=300)))
+    return _SYNC[0]
+
+
+def _timeout_s() -> float:
+    """The process group's timeout, in seconds."""
+    import harness
+
+    return harness.RANK_GROUP_TIMEOUT
+
+
+def _summed(ctx: Ctx, value: float) -> torch.Tensor:
+    """An all_reduce of ``value`` from every rank, on a fresh group of all ranks."""
+    dist.barrier(group=_sync_group())  # new_group() wants the ranks within its timeout of each other
+    group = dist.new_group(ctx.ranks)
+    t = torch.full((4,), value, device=ctx.device)
+    dist.all_reduce(t, group=group)
+    return t
+
+
+def _store_keys(until_at_most: int | None = None) -> int:
+    """The number of keys in the default store, once every rank got here.
+
+    With ``until_at_most``, waits up to 2 s for the count to fall that low:
+    a failed op's body cleans up just after its caller saw the error.
+    """
+    dist.barrier(group=_sync_group())
+    store = dist.distributed_c10d._get_default_store()
+    deadline = time.monotonic() + 2
+    keys = store.num_keys()
+    while until_at_most is not None and keys > until_at_most and time.monotonic() < deadline:
+        time.sleep(0.05)
+        keys = store.num_keys()
+    dist.barrier(group=_sync_group())
+    return keys
+
+
+def _require_allreduce(ctx: Ctx) -> None:
+    if "allreduce" not in ctx.ops or "barrier" not in ctx.ops:
+        raise Skip("needs allreduce and barrier")
+
+
+def late_rank_after_failure(ctx: Ctx) -> None:
+    """The last rank queues barrier and all_reduce; rank 0 comes after the timeout.
+
+    The other ranks time out. The late rank gets errors too, or, where the
+    library completes a collective the others gave up on (MPI cannot cancel
+    one), the right sum. From then on every op fails, naming the failed
+    collective, instead of pairing with what another rank sent for it.
+    """
+    _require_allreduce(ctx)
+    timeout = _timeout_s()
+    # A group of its own, destroyed at the end (the default group cannot be).
+    group = dist.new_group(ctx.ranks, timeout=timedelta(seconds=timeout))
+    keys_before = _store_keys()
+    late = ctx.index == 0
+    if late:
+        time.sleep(timeout + 1)
+    barrier = dist.barrier(group=group, async_op=True)
+    summed = torch.full((4,), 10.0**ctx.index)
+    works = [barrier, dist.all_reduce(summed, group=group, async_op=True)]
+    failed = False
+    for work in works:
+        try:
+            work.wait()
+        except RuntimeError as e:
+            assert f"Backend {BACKEND} (rank {ctx.index})" in str(e), e
+            failed = True
+    assert failed or late, "an op no late rank joined succeeded"
+    if not failed:
+        expected = sum(10.0**i for i in range(ctx.world))
+        assert summed.tolist() == [expected] * 4, summed
+    t = torch.full((4,), 1000.0)
+    here = rf"Backend {BACKEND} \(rank {ctx.index}\): allreduce #\d+"
+    with pytest.raises(RuntimeError, match=here + (f": {UNUSABLE}" if failed else "")):
+        dist.all_reduce(t, group=group)
+    assert t.tolist() == [1000.0] * 4, f"a failed all_reduce wrote {t.tolist()}"
+    dist.destroy_process_group(group)
+    # A new group works.
+    expected = sum(range(1, ctx.world + 1))
+    assert _summed(ctx, ctx.index + 1).tolist() == [expected] * 4
+
+
+def mismatch_leaves_group_unusable(ctx: Ctx) -> None:
+    """Ranks that disagree on a collective's size get a clear error; later ops refuse."""
+    import cases
+
+    cases.mismatch(ctx)
+    with pytest.raises(RuntimeError, match=rf"{PROBE} #\d+: {UNUSABLE}"):
+        probe(ctx).wait()
+
+
+def send_behind_a_queued_collective(ctx: Ctx) -> None:
+    """Rank 0: all_reduce (async), then isend; rank 1: recv, then all_reduce.
+
+    The send must not wait behind the all_reduce, or both ranks wait for ever.
+    """
+    if not {"allreduce", "send", "recv"} <= ctx.ops:
+        raise Skip("needs allreduce, send and recv")
+    assert ctx.world == 2, "a case for two ranks"
+    t = torch.full((4,), float(ctx.index + 1))
+    if ctx.index == 0:
+        summed = dist.all_reduce(t, async_op=True)
+        dist.isend(torch.arange(4.0) + 7, 1, tag=21).wait()
+        summed.wait()
+    else:
+        got = torch.zeros(4)
+        dist.recv(got, 0, tag=21)
+        assert got.tolist() == [7.0, 8.0, 9.0, 10.0], got
+        dist.all_reduce(t)
+    assert t.tolist() == [3.0] * 4, t
+
+
+def any_source_receive_does_not_block_receives(ctx: Ctx) -> None:
+    """Rank 0: irecv from any source with tag 1, then irecv from rank 1 with tag 0, and wait.
+
+    Rank 1 sends tag 0, receives rank 0's answer, and only then sends tag 1.
+    A receive from any source that holds up the receives posted after it
+    leaves both ranks waiting for each other.
+    """
+    if not {"send", "recv", "recvAnysource"} <= ctx.ops:
+        raise Skip("needs send, recv and recvAnysource")
+    assert ctx.world == 2, "a case for two ranks"
+    short = timedelta(seconds=_timeout_s())
+    if ctx.index == 0:
+        anysource = torch.zeros(4)
+        first = dist.irecv(anysource, tag=1)  # from any source
+        got = torch.zeros(4)
+        assert dist.irecv(got, 1, tag=0).wait(timeout=short) is True
+        assert got.tolist() == [1.0, 2.0, 3.0, 4.0], got
+        dist.send(got * 10, 1, tag=2)
+        assert first.wait(timeout=short) is True
+        assert first._source_rank() == 1
+        assert anysource.tolist() == [5.0, 6.0, 7.0, 8.0], anysource
+    else:
+        dist.send(torch.arange(1.0, 5.0), 0, tag=0)
+        answer = torch.zeros(4)
+        dist.recv(answer, 0, tag=2)
+        assert answer.tolist() == [10.0, 20.0, 30.0, 40.0], answer
+        dist.send(torch.arange(5.0, 9.0), 0, tag=1)
+
+
+def numbering_across_op_kinds(ctx: Ctx) -> None:
+    """One sequence number per group: a receive and a collective never share one."""
+    if not {"recv", "allreduce"} <= ctx.ops:
+        raise Skip("needs recv and allreduce")
+    short = timedelta(milliseconds=200)
+    received = dist.irecv(torch.zeros(2), ctx.next_rank, tag=77)
+    with pytest.raises(RuntimeError, match=r": recv #0 did not complete within the 200 ms"):
+        received.wait(timeout=short)
+    summed = dist.all_reduce(torch.ones(2), async_op=True) if ctx.index == 0 else None
+    if summed is not None:
+        with pytest.raises(RuntimeError, match=r": allreduce #1 did not complete within the 200 ms"):
+            summed.wait(timeout=short)
+
+
+def killed_mid_collective(ctx: Ctx) -> None:
+    """The last rank is killed (SIGKILL) at some point while the group runs collectives."""
+    _require_allreduce(ctx)
+    if ctx.index == ctx.world - 1:
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGKILL)).start()
+    give_up = time.monotonic() + 60 + _timeout_s()
+    i = 0
+    while time.monotonic() < give_up:
+        t = torch.full((1000,), float(ctx.index + i))
+        try:
+            dist.all_reduce(t)
+        except RuntimeError as e:
+            assert f"Backend {BACKEND} (rank {ctx.index}): allreduce" in str(e), e
+            break
+        expected = sum(range(ctx.world)) + ctx.world * i
+        assert t.tolist() == [expected] * 1000, f"op {i}: {t[:4].tolist()} instead of {expected}"
+        i += 1
+    else:
+        raise AssertionError(f"{i} collectives succeeded without the killed rank")
+    with pytest.raises(RuntimeError, match=UNUSABLE):
+        dist.all_reduce(torch.ones(4))
+
+
+def stopped_past_the_timeout(ctx: Ctx) -> None:
+    """The last rank is stopped (SIGSTOP) for longer than the timeout, mid-run."""
+    _require_allreduce(ctx)
+    timeout = _timeout_s()
+    if ctx.index == ctx.world - 1:
+        # Nobody can wake a stopped process but another one: this one asks a shell.
+        subprocess.Popen(["sh", "-c", f"sleep {timeout + 2}; kill -CONT {os.getpid()}"])
+        os.kill(os.getpid(), signal.SIGSTOP)
+    start = time.monotonic()
+    t = torch.full((4,), float(ctx.index))
+    try:
+        dist.all_reduce(t)
+        assert t.tolist() == [float(sum(range(ctx.world)))] * 4, t
+    except RuntimeError as e:
+        assert f"Backend {BACKEND} (rank {ctx.index}): allreduce" in str(e), e
+        assert time.monotonic() - start < timeout + 30, "the error came long after the timeout"
+    if ctx.index != ctx.world - 1:
+        with pytest.raises(RuntimeError, match=UNUSABLE):
+            dist.all_reduce(torch.ones(4))
+
+
+def destroy_from_a_callback(ctx: Ctx) -> None:
+    """The last reference to a group is dropped, and the group destroyed, in a future callback."""
+    if "allreduce" not in ctx.ops:
+        raise Skip("needs allreduce")
+    group = dist.new_group(ctx.ranks)
+    t = torch.ones(4, device=ctx.device)
+    work = dist.all_reduce(t, group=group, async_op=True)
+    held = [group]  # the callback takes the last reference
+    done = work.get_future().then(lambda fut: dist.destroy_process_group(held.pop()))
+    del group, work
+    done.wait()
+    # The runtime goes on working, and nothing freed was touched.
+    for _ in range(3):
+        assert _summed(ctx, 1.0).tolist() == [float(ctx.world if ctx.real else 0)] * 4
+
+
+def shutdown_and_abort_at_once(ctx: Ctx) -> None:
+    """abort() and shutdown() of one backend, from two threads at once, while an op waits."""
+    if "allreduce" not in ctx.ops:
+        raise Skip("needs allreduce")
+    group = dist.new_group(ctx.ranks)
+    backend = group._get_backend(torch.device(ctx.device))
+    pending = dist.all_reduce(torch.ones(4), group=group, async_op=True) if ctx.index == 0 else None
+    time.sleep(0.2)
+    start = time.monotonic()
+    threads = [threading.Thread(target=backend.abort), threading.Thread(target=backend.shutdown)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert time.monotonic() - start < 10, "abort()/shutdown() took too long"
+    if pending is not None and ctx.real:
+        with pytest.raises(RuntimeError, match=f"Backend {BACKEND}"):
+            pending.wait()
+
+
+def threads_while_some_fail(ctx: Ctx, threads: int = 8, repeat: int = 5) -> None:
+    """8 Python threads issue ops at once; some fail. Every result is right or a clear error."""
+    if PROBE is None:
+        raise Skip("the backend has none of the ops the runtime cases use")
+    import cases
+
+    errors: list[str] = []
+
+    def correct() -> None:
+        for _ in range(repeat):
+            getattr(cases, PROBE)(ctx)
+
+    def failing() -> None:
+        for _ in range(repeat):
+            with pytest.raises(RuntimeError, match=f"Backend {BACKEND}"):
+                # Fails at once, on this thread, without touching the queues.
+                dist.all_reduce(torch.ones(2, 2).to_sparse())
+
+    def p2p(tag: int) -> None:
+        if not {"send", "recv"} <= ctx.ops or not ctx.real:
+            return
+        for i in range(repeat):
+            out = torch.zeros(3)
+            sent = dist.isend(torch.full((3,), float(ctx.index * 100 + tag + i)), ctx.next_rank, tag=tag)
+            dist.recv(out, ctx.prev_rank, tag=tag)
+            sent.wait()
+            expected = float(ctx.prev_rank * 100 + tag + i)
+            assert out.tolist() == [expected] * 3, f"tag {tag} message {i}: {out.tolist()}"
+
+    def guarded(fn, *args) -> None:
+        try:
+            fn(*args)
+        except BaseException:
+            import traceback
+
+            errors.append(traceback.format_exc())
+
+    jobs = [correct] * (threads - 4) + [failing, failing]
+    workers = [threading.Thread(target=guarded, args=(job,)) for job in jobs]
+    workers += [threading.Thread(target=guarded, args=(p2p, 30 + k)) for k in range(2)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert not errors, errors[0]
+
+
+def profiled_and_timed(ctx: Ctx) -> None:
+    """Ops appear in torch.profiler under the backend's name; set_timeout() applies to later ops."""
+    if PROBE is None:
+        raise Skip("the backend has none of the ops the runtime cases use")
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        probe(ctx).wait()
+    names = {event.name for event in prof.events()}
+    assert any(name.startswith(f"{BACKEND}:") for name in names), sorted(names)[:40]
+    if not ctx.real:
+        return
+    backend = dist.group.WORLD._get_backend(torch.device(ctx.device))
+    backend.set_timeout(timedelta(milliseconds=700))
+    if ctx.index == 0:
+        start = time.monotonic()
+        with pytest.raises(RuntimeError, match=r"within (its|the op.s) 700 ms timeout"):
+            probe(ctx).wait()
+        assert time.monotonic() - start < 10

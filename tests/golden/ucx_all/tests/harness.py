@@ -1,0 +1,226 @@
+"""Runs test cases on a group of real processes, one per rank.
+
+A Cluster spawns ``world_size`` processes. Each initialises torch.distributed
+with the "ucx_all" backend, then runs the cases (functions in cases.py)
+the test asks for and reports back. Starting processes costs seconds, so the
+tests keep one Cluster per world size and run many cases on it. A case that
+fails or hangs on any rank fails the test with every rank's traceback; a hung
+cluster is killed and the next test starts a new one.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.connection
+import os
+import socket
+import traceback
+from datetime import timedelta
+
+BACKEND = "ucx_all"
+
+#: How long one case may take on the slowest rank before the cluster is killed.
+CASE_TIMEOUT = float(os.environ.get("UCX_ALL_TEST_CASE_TIMEOUT", "120"))
+#: The process group timeout the ranks use.
+GROUP_TIMEOUT = float(os.environ.get("UCX_ALL_TEST_GROUP_TIMEOUT", "60"))
+#: In a rank: the timeout of its process group, in seconds.
+RANK_GROUP_TIMEOUT = GROUP_TIMEOUT
+
+
+class Skip(Exception):
+    """Raised by a case that cannot run in this configuration."""
+
+
+class ClusterError(AssertionError):
+    """A case failed, or the cluster stopped answering."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Cluster:
+    """``world_size`` ranks, started and joined into one process group.
+
+    ``init`` picks how they rendezvous: "tcp" (``tcp://`` URL), "env"
+    (``env://``: MASTER_ADDR and friends), "file" (``file://``) or "store" (an
+    explicit TCPStore passed as ``store=``). ``start`` is the multiprocessing
+    start method: "spawn", or "fork" (children of a parent that imported the
+    package).
+    """
+
+    def __init__(
+        self,
+        world_size: int,
+        group_timeout: float = GROUP_TIMEOUT,
+        init: str = "tcp",
+        start: str = "spawn",
+        env=None,
+        scratch: str | None = None,
+    ):
+        self.world_size = world_size
+        self.broken = False
+        context = multiprocessing.get_context(start)
+        rendezvous = {"init": init, "port": free_port(), "timeout": group_timeout}
+        if init == "file":
+            import tempfile
+
+            rendezvous["file"] = os.path.join(scratch or tempfile.mkdtemp(), "rendezvous")
+        self.conns = []
+        self.procs = []
+        for rank in range(world_size):
+            parent, child = context.Pipe()
+            proc = context.Process(
+                target=_serve,
+                args=(rank, world_size, rendezvous, env or {}, child),
+                daemon=True,
+            )
+            proc.start()
+            child.close()
+            self.conns.append(parent)
+            self.procs.append(proc)
+        self._collect("init_process_group")
+
+    def run(self, case: str, exits: frozenset[int] = frozenset(), **params) -> list:
+        """Runs ``cases.<case>(Ctx(**params))`` on every rank; returns each rank's result.
+
+        Ranks in ``exits`` are expected to exit during the case (their result is None).
+        """
+        if self.broken:
+            raise ClusterError("the cluster was killed by an earlier failure")
+        for conn in self.conns:
+            conn.send((case, params))
+        return self._collect(f"{case}({params})", exits)
+
+    def run_each(self, cases: list[str], **params) -> None:
+        """Runs each case in turn; one for an op this torch lacks (a newer torch has it) is passed over."""
+        import pytest
+
+        for case in cases:
+            try:
+                self.run(case, **params)
+            except pytest.skip.Exception as skip:
+                if "a newer torch" not in str(skip):
+                    raise
+
+    def close(self) -> None:
+        if self.broken:
+            self.kill()
+            return
+        for conn in self.conns:
+            try:
+                conn.send(None)
+            except OSError:
+                pass
+        for proc in self.procs:
+            proc.join(timeout=30)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+
+    def kill(self) -> None:
+        self.broken = True
+        for proc in self.procs:
+            proc.kill()
+        for proc in self.procs:
+            proc.join()
+
+    def _collect(self, what: str, exits: frozenset[int] = frozenset()) -> list:
+        replies: list = [None] * self.world_size
+        pending = set(range(self.world_size))
+        deadline = CASE_TIMEOUT
+        while pending:
+            ready = multiprocessing.connection.wait([self.conns[r] for r in pending], deadline)
+            if not ready:
+                self.kill()
+                raise ClusterError(
+                    f"{what}: ranks {sorted(pending)} did not answer within {CASE_TIMEOUT:.0f} s "
+                    "(hung); the cluster was killed"
+                )
+            for conn in ready:
+                rank = self.conns.index(conn)
+                try:
+                    replies[rank] = conn.recv()
+                except EOFError:
+                    self.procs[rank].join(timeout=10)
+                    code = self.procs[rank].exitcode
+                    replies[rank] = ("ok", None) if rank in exits else ("error", f"rank {rank} exited (code {code})")
+                    self.broken = self.broken or rank in exits
+                pending.discard(rank)
+        errors = [(r, reply[1]) for r, reply in enumerate(replies) if reply[0] == "error"]
+        if errors:
+            if any("exited" in message for _, message in errors):
+                self.kill()
+            raise ClusterError(
+                f"{what} failed on rank(s) {[r for r, _ in errors]}:\n"
+                + "\n".join(f"--- rank {r} ---\n{message}" for r, message in errors)
+            )
+        skips = [reply[1] for reply in replies if reply[0] == "skip"]
+        if skips:
+            import pytest
+
+            pytest.skip(skips[0])
+        return [reply[1] for reply in replies]
+
+
+def _init(rank: int, world_size: int, rendezvous: dict) -> None:
+    import torch
+    import torch.distributed as dist
+
+    import ucx_all_collectives
+
+    global RANK_GROUP_TIMEOUT
+    RANK_GROUP_TIMEOUT = rendezvous["timeout"]
+
+    if ucx_all_collectives.WITH_CUDA and torch.cuda.is_available():
+        torch.cuda.set_device(rank % torch.cuda.device_count())
+
+    timeout = timedelta(seconds=rendezvous["timeout"])
+    how = rendezvous["init"]
+    if how == "tcp":
+        url = f"tcp://127.0.0.1:{rendezvous['port']}"
+        dist.init_process_group(BACKEND, init_method=url, rank=rank, world_size=world_size, timeout=timeout)
+    elif how == "env":
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(rendezvous["port"]),
+                          RANK=str(rank), WORLD_SIZE=str(world_size))
+        dist.init_process_group(BACKEND, timeout=timeout)
+    elif how == "file":
+        url = f"file://{rendezvous['file']}"
+        dist.init_process_group(BACKEND, init_method=url, rank=rank, world_size=world_size, timeout=timeout)
+    elif how == "store":
+        store = dist.TCPStore("127.0.0.1", rendezvous["port"], world_size, rank == 0, timeout=timeout)
+        dist.init_process_group(BACKEND, store=store, rank=rank, world_size=world_size, timeout=timeout)
+    else:
+        raise ValueError(f"unknown init method {how!r}")
+
+
+def _serve(rank, world_size, rendezvous, env, conn):
+    """The main loop of one rank."""
+    os.environ.update(env)
+    try:
+        import torch.distributed as dist
+
+        _init(rank, world_size, rendezvous)
+        import cases
+    except BaseException:
+        conn.send(("error", traceback.format_exc()))
+        return
+    conn.send(("ok", None))
+    while True:
+        try:
+            message = conn.recv()
+        except EOFError:
+            break
+        if message is None:
+            break
+        name, params = message
+        try:
+            conn.send(("ok", cases.run(name, **params)))
+        except Skip as e:
+            conn.send(("skip", str(e)))
+        except BaseException:
+            conn.send(("error", traceback.format_exc()))
+    if dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,80 @@
+"""Every op of the "ucx_all" backend, in real processes: sync, async, odd layouts, subgroups."""
+
+import pytest
+from cases import OPS
+from harness import Cluster
+
+import ucx_all_collectives
+
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_op(cluster, op):
+    cluster.run(op)
+
+
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_op_async(cluster, op):
+    """async_op=True: wait(), is_completed(), result(), get_future() and .then() work."""
+    cluster.run(op, async_op=True)
+
+
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_op_on_noncontiguous_tensors(cluster, op):
+    cluster.run(op, noncontiguous=True)
+
+
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_op_with_last_rank_as_root(cluster, op):
+    cluster.run(op, root_index=-1)
+
+
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_op_in_subgroups(cluster, op):
+    """new_group(): a group of some ranks, using their global ranks."""
+    if cluster.world_size < 3:
+        pytest.skip("needs 3 ranks for a proper subgroup")
+    groups = [(0, 2)] if cluster.world_size == 3 else [(0, 2), (1, 2, 3)]
+    for ranks in groups:
+        cluster.run(op, subgroup_ranks=ranks, root_index=-1)
+
+
+def test_recv_takes_the_message_of_its_source(cluster):
+    """Two ranks send to one with the same tag: each receive gets its own source's message."""
+    if cluster.world_size < 3:
+        pytest.skip("needs 3 ranks: two senders and a receiver")
+    cluster.run("recv_from_each_source")
+
+
+def test_recv_matches_messages_by_tag(cluster):
+    """Two messages between the same two ranks, received in the other order: each by its tag."""
+    cluster.run("recv_by_tag")
+
+
+def test_ops_on_large_tensors():
+    """Tensors of 10 MiB each: more than one message of many transports holds
+    (a TCPStore value, for one, is at most 8 MiB)."""
+    cluster = Cluster(2)
+    try:
+        cluster.run_each(sorted(OPS), n=10 * 2**20 // 4)
+    finally:
+        cluster.close()
+
+
+def test_ops_from_several_python_threads(cluster):
+    cluster.run("concurrent")
+
+
+def test_async_ops_on_one_tensor_run_in_order(cluster):
+    cluster.run("async_in_place_in_order")
+
+
+def test_unsupported_op_raises_a_clear_error(cluster):
+    cluster.run("unsupported")
+
+
+def test_bad_calls_fail_at_once_with_a_clear_error(cluster):
+    cluster.run("bad_calls")
+
+
+def test_registration():
+    assert ucx_all_collectives.BACKEND_NAME == "ucx_all"
+    assert sorted(ucx_all_collectives.OPS) == sorted(OPS)
