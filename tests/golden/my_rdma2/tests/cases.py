@@ -400,13 +400,13 @@ def async_in_place_in_order(ctx: Ctx, calls: int = 12) -> None:
 
     Each one sums what the previous one left, as with gloo: 2 ranks end at 2^12.
     """
-    if "allreduce" not in ctx.ops or not ctx.real:
-        raise Skip("needs a real allreduce")
+    if "allreduce" not in ctx.ops:
+        raise Skip("needs allreduce")
     t = torch.ones(1024, dtype=torch.float64, device=ctx.device)  # world^12 stays exact
     works = [dist.all_reduce(t, group=ctx.group, async_op=True) for _ in range(calls)]
     for work in works:
         work.wait()
-    expected = float(ctx.world**calls)
+    expected = float(ctx.world**calls) if ctx.real else 0.0
     assert t.eq(expected).all(), f"{t[:4].tolist()} instead of {expected}"
 
 
