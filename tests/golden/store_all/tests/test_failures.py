@@ -44,6 +44,8 @@ def test_a_late_rank_after_a_failure_gets_errors_never_wrong_data():
 
 def test_a_send_never_waits_behind_queued_collectives():
     run_alone(2, "send_behind_a_queued_collective", group_timeout=SHORT_TIMEOUT)
+
+
 def test_a_receive_from_any_source_does_not_block_other_receives():
     run_alone(2, "any_source_receive_does_not_block_receives", group_timeout=SHORT_TIMEOUT)
 

@@ -544,12 +544,26 @@ void recv(const OpContext& ctx, at::Tensor& tensor, int src, int tag) {
 
 // Receives a tensor from whichever peer sends first with the tag.
 int recvAnysource(const OpContext& ctx, at::Tensor& tensor, int tag) {
-  at::Tensor data = onHost(tensor);
-  UcxMessages messages(ctx, ucx(ctx));
-  messages.recvTagged(data, /*src=*/-1, tag);
-  const int source = messages.wait();
-  writeBack(tensor, data);
-  return source;
+  // Completes later, so that it never holds up the receives posted after it:
+  // the receive thread tests it between them. What it needs outlives this body.
+  struct Pending {
+    Pending(const OpContext& context, UcxComm& comm, at::Tensor host)
+        : ctx(context), data(std::move(host)), messages(ctx, comm) {}
+    const OpContext ctx;
+    at::Tensor data;
+    UcxMessages messages;  // declared last: destroyed first, while ctx lives
+  };
+  auto pending = std::make_shared<Pending>(ctx, ucx(ctx), onHost(tensor));
+  pending->messages.recvTagged(pending->data, /*src=*/-1, tag);
+  ctx.completeLater([pending, tensor]() mutable {
+    if (!pending->messages.test()) {
+      return false;
+    }
+    writeBack(tensor, pending->data);
+    *pending->ctx.source = pending->messages.source();
+    return true;
+  });
+  return -1;  // the sender, once known, goes to *ctx.source
 }
 
 // Returns once every rank has entered it.

@@ -265,44 +265,52 @@ int UcxMessages::wait() {
   // Spin on the worker while data moves; once nothing has happened for a
   // while, yield the core between rounds (ranks often share cores).
   int idleRounds = 0;
-  size_t finished = 0;  // pending_[0, finished) are done
-  while (finished < pending_.size()) {
-    const bool moved = comm_.progress();
-    ucs_status_t status = UCS_OK;
-    while (finished < pending_.size() && comm_.done(pending_[finished], status)) {
-      const UcxRequest& r = pending_[finished];
-      if (r.receive) {
-        checkReceived(r, status);
-        lastSource_ = ucx_tag::source(r.senderTag);
-      } else {
-        TORCH_CHECK(status == UCS_OK, "a message to rank ", r.peer, " failed: ", ucs_status_string(status));
-      }
-      ++finished;
-    }
-    if (finished == pending_.size()) {
-      break;
-    }
-    if (ctx_.expired() || comm_.aborted()) {
-      TORCH_CHECK(!ctx_.group.aborted.load(), "the process group was destroyed");
-      TORCH_CHECK(!comm_.aborted(), "the process group was aborted");
-      std::ostringstream from;
-      std::ostringstream to;
-      for (size_t i = finished; i < pending_.size(); ++i) {
-        std::ostringstream& list = pending_[i].receive ? from : to;
-        list << (list.tellp() > 0 ? ", " : "") << (pending_[i].peer < 0 ? "any" : std::to_string(pending_[i].peer));
-      }
-      TORCH_CHECK(from.tellp() == 0, "nothing from rank(s) ", from.str(), " within the op's ",
-          ctx_.timeout.count(), " ms timeout (has a rank died, or called another op?)");
-      TORCH_CHECK(false, "rank(s) ", to.str(), " did not take this rank's messages within the op's ",
-          ctx_.timeout.count(), " ms timeout (has a rank died, or called another op?)");
-    }
+  bool moved = false;
+  while (!test(&moved)) {
     idleRounds = moved ? 0 : idleRounds + 1;
     if (idleRounds > 100) {
       std::this_thread::yield();
     }
   }
-  pending_.clear();
   return lastSource_;
+}
+
+bool UcxMessages::test(bool* moved) {
+  const bool progressed = comm_.progress();
+  if (moved != nullptr) {
+    *moved = progressed;
+  }
+  ucs_status_t status = UCS_OK;
+  while (finished_ < pending_.size() && comm_.done(pending_[finished_], status)) {
+    const UcxRequest& r = pending_[finished_];
+    if (r.receive) {
+      checkReceived(r, status);
+      lastSource_ = ucx_tag::source(r.senderTag);
+    } else {
+      TORCH_CHECK(status == UCS_OK, "a message to rank ", r.peer, " failed: ", ucs_status_string(status));
+    }
+    ++finished_;
+  }
+  if (finished_ == pending_.size()) {
+    pending_.clear();
+    finished_ = 0;
+    return true;
+  }
+  if (ctx_.expired() || comm_.aborted()) {
+    TORCH_CHECK(!ctx_.group.aborted.load(), "the process group was destroyed");
+    TORCH_CHECK(!comm_.aborted(), "the process group was aborted");
+    std::ostringstream from;
+    std::ostringstream to;
+    for (size_t i = finished_; i < pending_.size(); ++i) {
+      std::ostringstream& list = pending_[i].receive ? from : to;
+      list << (list.tellp() > 0 ? ", " : "") << (pending_[i].peer < 0 ? "any" : std::to_string(pending_[i].peer));
+    }
+    TORCH_CHECK(from.tellp() == 0, "nothing from rank(s) ", from.str(), " within the op's ",
+        ctx_.timeout.count(), " ms timeout (has a rank died, or called another op?)");
+    TORCH_CHECK(false, "rank(s) ", to.str(), " did not take this rank's messages within the op's ",
+        ctx_.timeout.count(), " ms timeout (has a rank died, or called another op?)");
+  }
+  return false;
 }
 
 void UcxMessages::detach() {

@@ -186,6 +186,12 @@ class UcxMessages {
   // ranks whose messages are missing, when a message fails, or when a
   // sender's count or message size is not what this rank expects.
   int wait();
+  // One round of wait(): true once every posted message is done (then
+  // source() is the sender of the last receive). Throws as wait() does.
+  bool test(bool* moved = nullptr);
+  int source() const {
+    return lastSource_;
+  }
 
   // Leaves the sends to complete on their own (a send of a copy that
   // nobody waits for).
@@ -198,6 +204,7 @@ class UcxMessages {
   UcxComm& comm_;
   int64_t count_;
   std::vector<UcxRequest> pending_;
+  size_t finished_ = 0;  // pending_[0, finished_) are done
   int lastSource_ = -1;
 };
 
