@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <sstream>
+#include <thread>
 #include <utility>
 
 namespace ucx_all_collectives {
@@ -262,13 +263,21 @@ void UcxMessages::checkReceived(const UcxRequest& r, ucs_status_t status) const 
 }
 
 int UcxMessages::wait() {
-  // Spin on the worker while data moves; once nothing has happened for a
-  // while, yield the core between rounds (ranks often share cores).
+  // Spin on the worker while data moves. Once nothing has happened for a
+  // while, yield the core between rounds (ranks often share cores), and
+  // after longer, sleep between them, from 20 us doubling up to 1 ms: a rank
+  // waiting for a late peer then uses little CPU.
   int idleRounds = 0;
+  auto pause = std::chrono::microseconds(20);
   bool moved = false;
   while (!test(&moved)) {
     idleRounds = moved ? 0 : idleRounds + 1;
-    if (idleRounds > 100) {
+    if (idleRounds == 0) {
+      pause = std::chrono::microseconds(20);
+    } else if (idleRounds > 2000) {
+      std::this_thread::sleep_for(pause);
+      pause = std::min(2 * pause, std::chrono::microseconds(1000));
+    } else if (idleRounds > 100) {
       std::this_thread::yield();
     }
   }
