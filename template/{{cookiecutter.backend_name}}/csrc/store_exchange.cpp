@@ -551,26 +551,19 @@ void StoreExchange::recv(const OpContext& ctx, at::Tensor& tensor, int src, int 
   tensor.copy_(decode(std::move(blob), tensor, tensor.numel(), src).view(tensor.sizes()));
 }
 
-int StoreExchange::recvAnysource(const OpContext& ctx, at::Tensor& tensor, int tag) {
-  // A store cannot wait for "any of these keys", so the op completes later:
-  // the receive thread looks for a message from each rank between the
-  // receives queued after this one, which it never holds up.
-  ctx.completeLater([this, ctx, tensor, tag]() mutable {
-    const int me = ctx.group.rank;
-    for (int src = 0; src < ctx.group.size; ++src) {
-      if (src != me && receiving().check({p2pKey(src, me, tag, received_[{src, tag}])})) {
-        recv(ctx, tensor, src, tag);
-        *ctx.source = src;
-        return true;
-      }
+std::optional<int> StoreExchange::tryRecvAnysource(const OpContext& ctx, at::Tensor& tensor, int tag) {
+  const int me = ctx.group.rank;
+  for (int src = 0; src < ctx.group.size; ++src) {
+    if (src != me && receiving().check({p2pKey(src, me, tag, received_[{src, tag}])})) {
+      recv(ctx, tensor, src, tag);
+      return src;
     }
-    TORCH_CHECK(!ctx.group.aborted.load(), "the process group was destroyed");
-    TORCH_CHECK(!ctx.expired(),
-        "no rank sent a message with tag ", tag, " within the op's ", ctx.timeout.count(),
-        " ms timeout (is a matching send missing?)");
-    return false;
-  });
-  return -1;  // the sender, once known, goes to *ctx.source
+  }
+  TORCH_CHECK(!ctx.group.aborted.load(), "the process group was destroyed");
+  TORCH_CHECK(!ctx.expired(),
+      "no rank sent a message with tag ", tag, " within the op's ", ctx.timeout.count(),
+      " ms timeout (is a matching send missing?)");
+  return std::nullopt;
 }
 
 void StoreExchange::beginExchange(const OpContext& ctx) {

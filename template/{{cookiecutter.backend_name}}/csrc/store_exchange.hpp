@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -77,9 +78,10 @@ class StoreExchange {
   // store connection of their own.
   void send(const OpContext& ctx, const at::Tensor& tensor, int dst, int tag);
   void recv(const OpContext& ctx, at::Tensor& tensor, int src, int tag);
-  // Receives from whichever rank sent first. Completes later (see
-  // OpContext::completeLater), with that rank in *ctx.source; returns -1.
-  int recvAnysource(const OpContext& ctx, at::Tensor& tensor, int tag);
+  // Receives a message with `tag` from a rank that has sent one, and returns
+  // that rank; nullopt when none has yet. A store cannot wait for "any of
+  // these keys", so a receive from any source polls this (see ops.cpp).
+  std::optional<int> tryRecvAnysource(const OpContext& ctx, at::Tensor& tensor, int tag);
 
   // Wakes the threads blocked in a wait, so that their ops fail at once
   // (ops::abort). What this rank put stays: a peer that is still within its

@@ -316,7 +316,17 @@ void recv(const OpContext& ctx, at::Tensor& tensor, int src, int tag) {
 
 // Receives a tensor from whichever peer sends first with the tag.
 int recvAnysource(const OpContext& ctx, at::Tensor& tensor, int tag) {
-  return exchange(ctx).recvAnysource(ctx, tensor, tag);
+  // Completes later, so that it never holds up the receives posted after it:
+  // the receive thread polls for a message between them.
+  StoreExchange& store = exchange(ctx);
+  ctx.completeLater([&store, ctx, tensor, tag]() mutable {
+    const std::optional<int> source = store.tryRecvAnysource(ctx, tensor, tag);
+    if (source) {
+      *ctx.source = *source;
+    }
+    return source.has_value();
+  });
+  return -1;  // the sender, once known, goes to *ctx.source
 }
 
 // Returns once every rank has entered it.
