@@ -41,7 +41,9 @@ std::vector<c10::intrusive_ptr<Backend>> group(const std::string& id, std::chron
   std::vector<c10::intrusive_ptr<Backend>> ranks;
   for (int rank = 0; rank < kWorld; ++rank) {
     c10d::DistributedBackendOptions options{store, rank, kWorld, timeout, id, {}};
-    ranks.push_back(c10::make_intrusive<Backend>(options));
+    // The creator torch.distributed calls, with the default options.
+    ranks.push_back(c10::static_intrusive_pointer_cast<Backend>(
+        Backend::create(options, san_store_collectives::Options{})));
   }
   return ranks;
 }
