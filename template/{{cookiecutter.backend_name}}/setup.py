@@ -289,7 +289,7 @@ def get_extensions():
             include_dirs=[str(ROOT / "csrc"), *(d for library in found for d in library.include_dirs)],
             library_dirs=[d for library in found for d in library.library_dirs],
             libraries=[name for library in found for name in library.libraries],
-            extra_link_args=[arg for library in found for arg in library.link_args],
+            extra_link_args=list(dict.fromkeys(arg for library in found for arg in library.link_args)),
 {%- else %}
             include_dirs=[str(ROOT / "csrc")],
 {%- endif %}
