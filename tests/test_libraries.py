@@ -1,4 +1,5 @@
-"""The generated setup.py finds and links every library one way: the implementation's and --library's.
+"""The generated setup.py finds and links every library one way, the implementation's and
+--library's.
 
 No extension is built here. A rendered ``setup.py`` runs for real (its
 ``find_library()`` calls pkg-config, mpicc and the file system) with only
@@ -94,7 +95,7 @@ def foo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_impl_library_and_user_library_are_both_linked(
     impl: str, foo: Path, tmp_path: Path
 ) -> None:
-    """--impl ucx|mpi --library foo: setup.py finds both, links both, and each is found at run time."""
+    """--impl ucx|mpi --library foo: setup.py finds and links both; both load by RUNPATH."""
     if impl == "ucx" and not have_ucx():
         pytest.skip("no UCX: apt-get install libucx-dev")
     header, call, soname = IMPL_LIBRARIES[impl]

@@ -6,8 +6,8 @@ DistributedTest._DistTestBase from torch's test suite, at world size 3 on CPU,
 one test or more per collective family, point-to-point and groups. Builds one
 ``--impl mpi --ops all`` project too (about three minutes) and runs the same
 subset on it under ``--launcher mpirun``, and an ``--impl ucx --ops all`` one
-(about a minute, where UCX is installed) for the same subset as the store's. Skip with ``-m "not pytorch_suite"``
-(or ``-m "not build"``).
+(about a minute, where UCX is installed) for the same subset as the store's.
+Skip with ``-m "not pytorch_suite"`` (or ``-m "not build"``).
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ class Wanted:
     name: str  # its pkg-config name
     variable: str  # the prefix of its settings: {VARIABLE}_HOME, _INCLUDE_DIR, _LIBRARY_DIR, _LIBS
     header: str  # a header its include folder must hold ("" for none)
-    libraries: tuple  # what to link when neither {VARIABLE}_LIBS nor pkg-config says
+    libraries: list  # what to link when neither {VARIABLE}_LIBS nor pkg-config says
     install: str  # how to get it, for the error when it is missing
     extra: tuple = ()  # its own conventions: (what, function(wanted) -> Library or None), tried before pkg-config
 
