@@ -184,3 +184,17 @@ def test_missing_ucx_says_how_to_install_it(tmp_path: Path) -> None:
     (other / "lib").mkdir()
     line = one_error_line(record(project, clean_env(UCX_HOME=str(other))))
     assert line == f"error: ucx: UCX_HOME={other} has no ucp/api/ucp.h in {other / 'include'}"
+
+
+def test_impl_library_given_again_is_linked_once(tmp_path: Path) -> None:
+    """--impl ucx --library ucx is one library, found once; the answers keep what was asked."""
+    project = generate_project(
+        "twice", impl="ucx", library="ucx", output_dir=tmp_path / "render"
+    ).target
+    setup = (project / "setup.py").read_text()
+    assert setup.count("    Wanted(\n") == 1 and 'Wanted(\n        "ucx",' in setup
+    answers = json.loads((project / ".new-backend.json").read_text())
+    assert (answers["impl"], answers["library"]) == ("ucx", "ucx")
+    plain = generate_project("plain", impl="ucx", output_dir=tmp_path / "plain").target
+    assert "library" not in json.loads((plain / ".new-backend.json").read_text())
+    assert (plain / "setup.py").read_text().replace("plain", "twice") == setup
