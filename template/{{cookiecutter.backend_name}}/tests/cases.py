@@ -434,14 +434,19 @@ def split_groups(ctx: Ctx) -> None:
     assert world._get_backend(torch.device("cpu")).supports_splitting
     splits = [[0, 2], [1]]
     mine = next(ranks for ranks in splits if ctx.rank in ranks)
-    name = "split_" + "_".join(map(str, mine))
-    group = world.split_group(mine, timeout=timedelta(seconds=60), group_name=name)
-    assert group is not None, f"rank {ctx.rank} got no group"
-    assert (group.rank(), group.size()) == (mine.index(ctx.rank), len(mine))
-    for _ in range(2):  # twice: the group's communicator stays usable
-        t = ctx.data(ctx.rank)
+    groups = []
+    # Three splits: c10d asks the backend once per device type it serves, and a
+    # child made twice once raced its twin's bootstrap keys, now and then.
+    for i in range(3):
+        name = f"split{i}_" + "_".join(map(str, mine))
+        group = world.split_group(mine, timeout=timedelta(seconds=60), group_name=name)
+        assert group is not None, f"rank {ctx.rank} got no group"
+        assert (group.rank(), group.size()) == (mine.index(ctx.rank), len(mine))
+        groups.append(group)
+    for i, group in enumerate(groups * 2):  # each twice: its communicator stays usable
+        t = ctx.data(ctx.rank, shift=i % 8)
         group.allreduce([t]).wait()
-        ctx.check(t, sum(ctx.data(r) for r in mine))
+        ctx.check(t, sum(ctx.data(r, shift=i % 8) for r in mine))
     t = ctx.data(ctx.rank, shift=1)
     dist.all_reduce(t)
     ctx.check(t, sum(ctx.data(r, shift=1) for r in range(ctx.world)))
