@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
@@ -172,3 +173,60 @@ def test_mpi_project_builds_and_passes_its_own_tests(built_mpi: Built) -> None:
 def test_ucx_project_builds_and_passes_its_own_tests(built_ucx: Built) -> None:
     """Every op, dtype and reduce op against gloo, subgroups, failures, over UCX."""
     run_own_tests(built_ucx)
+
+
+def runpath(shared: Path) -> tuple[list[str], list[str]]:
+    """The RUNPATH entries and NEEDED libraries of a shared object, from readelf -d."""
+    dynamic = subprocess.run(
+        ["readelf", "-d", str(shared)], capture_output=True, text=True, check=True
+    ).stdout
+    paths = re.findall(r"\(RUNPATH\)\s+Library runpath: \[(.*)\]", dynamic)
+    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[(.*)\]", dynamic)
+    return (paths[0].split(":") if paths else []), needed
+
+
+def loaded_from(site: Path, package: str, library: str) -> str:
+    """Import ``package`` from ``site`` in a fresh process without LD_LIBRARY_PATH: the file of
+    ``library`` it mapped."""
+    script = (
+        f"import {package}\n"
+        "for line in open('/proc/self/maps'):\n"
+        f"    if '/{library}' in line:\n"
+        "        print(line.split()[-1]); break\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    env["PYTHONPATH"] = str(site)
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0 and done.stdout.strip(), done.stdout + done.stderr
+    return done.stdout.strip()
+
+
+def test_mpi_extension_finds_pip_mpich_relative_to_itself(built_mpi: Built, tmp_path: Path) -> None:
+    """pip's mpich lives in this environment (PREFIX/lib): the extension names it by $ORIGIN, so
+    a copy of the environment elsewhere loads its own libmpi, with no LD_LIBRARY_PATH."""
+    package = f"{built_mpi.answers['backend_name']}_collectives"
+    (shared,) = (built_mpi.site / package).glob("_C*.so")
+    paths, needed = runpath(shared)
+    (soname,) = [n for n in needed if n.startswith("libmpi.")]
+    prefix_lib = Path(sys.prefix, "lib").resolve()
+    if not (prefix_lib / soname).is_file():
+        pytest.skip(f"built against an MPI outside this environment (no {prefix_lib / soname})")
+    # Relative to where pip installs the extension (PLATLIB/package), then absolute.
+    installed = Path(sysconfig.get_path("platlib"), package).resolve()
+    relative = "$ORIGIN/" + os.path.relpath(prefix_lib, installed)
+    assert paths[:2] == [relative, str(prefix_lib)], paths
+    # As built (pip --target, outside the environment): the absolute entry finds it.
+    assert loaded_from(built_mpi.site, package, soname) == str(prefix_lib / soname)
+    # The environment's layout somewhere else: PREFIX/lib/libmpi and PLATLIB/package, copied.
+    moved = tmp_path / "moved-env"
+    platlib = Path(sysconfig.get_path("platlib")).resolve()
+    site = moved / platlib.relative_to(Path(sys.prefix).resolve())
+    shutil.copytree(built_mpi.site / package, site / package)
+    (moved / "lib").mkdir(exist_ok=True)
+    shutil.copy2(prefix_lib / soname, moved / "lib" / soname)
+    for extra in prefix_lib.iterdir():  # what libmpi needs itself (mpich's lib/mpich/)
+        if extra.is_dir() and not (moved / "lib" / extra.name).exists():
+            (moved / "lib" / extra.name).symlink_to(extra)
+    assert loaded_from(site, package, soname) == str(moved / "lib" / soname)

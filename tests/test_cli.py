@@ -142,8 +142,8 @@ def test_library_is_recorded_and_kept_by_re_rendering(run: Cli, out: Path) -> No
     answers = json.loads((out / "alpha" / ".new-backend.json").read_text())
     assert answers["library"] == "ucx"
     setup = (out / "alpha" / "setup.py").read_text()
-    assert "find_library()" in setup and '"pkg-config", *args, "ucx"' in setup
-    assert "UCX_HOME" in setup and "-Wl,-rpath," in setup
+    assert "def find_library(wanted: Wanted)" in setup and 'Wanted(\n        "ucx",' in setup
+    assert "UCX_HOME" in setup and "-Wl,-rpath," in setup and "$ORIGIN/" in setup
     original = tree(out / "alpha")
     result = run("--force", "-o", str(out / "alpha"))
     assert result.exit_code == 0, result.output

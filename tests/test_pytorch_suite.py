@@ -5,14 +5,16 @@ on two cores) and runs conformance/pytorch_suite.py on it in its CI subset:
 DistributedTest._DistTestBase from torch's test suite, at world size 3 on CPU,
 one test or more per collective family, point-to-point and groups. Builds one
 ``--impl mpi --ops all`` project too (about three minutes) and runs the same
-subset on it under ``--launcher mpirun``. Skip with ``-m "not pytorch_suite"``
-(or ``-m "not build"``).
+subset on it under ``--launcher mpirun``, and an ``--impl ucx --ops all`` one
+(about a minute, where UCX is installed) for the same subset as the store's.
+Skip with ``-m "not pytorch_suite"`` (or ``-m "not build"``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 HARNESS = REPO / "conformance" / "pytorch_suite.py"
 NAME = "suite3"  # a name with a digit, like users' names
 MPI_NAME = "mpi_suite3"
+UCX_NAME = "ucx_suite3"
 
 #: The families the CI subset covers; each must have a test that passed.
 FAMILIES = {
@@ -78,6 +81,18 @@ def mpi_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_site(MPI_NAME, "mpi", tmp_path_factory)
 
 
+@pytest.fixture(scope="session")
+def ucx_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where pip installed a freshly generated all-ops UCX backend (Debian's libucx-dev)."""
+    have_ucx = os.environ.get("UCX_HOME") or (
+        shutil.which("pkg-config")
+        and subprocess.run(["pkg-config", "--exists", "ucx"], check=False).returncode == 0
+    )
+    if not have_ucx:
+        pytest.skip("no UCX: apt-get install libucx-dev (or set UCX_HOME)")
+    return build_site(UCX_NAME, "ucx", tmp_path_factory)
+
+
 def run_harness(
     site: Path, work: Path, *args: str, name: str = NAME
 ) -> tuple[subprocess.CompletedProcess, dict]:
@@ -117,6 +132,19 @@ def test_store_backend_passes_the_ci_subset(store_site: Path, tmp_path: Path) ->
     # Every collective family, point-to-point and groups actually ran.
     assert passed >= FAMILIES, output
     assert report["plugin"] and report["backend"] == NAME
+
+
+def test_ucx_backend_passes_the_ci_subset(ucx_site: Path, tmp_path: Path) -> None:
+    """The worked example of a third-party library: every test of the subset passes, none skips."""
+    done, report = run_harness(ucx_site, tmp_path, "--subset", "ci", name=UCX_NAME)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    results = report["results"]
+    assert len(results) >= 30, output
+    not_passed = [(r["test"], r["outcome"]) for r in results if r["outcome"] != "passed"]
+    assert not not_passed, output
+    assert {r["category"] for r in results} >= FAMILIES, output
+    assert report["plugin"] and report["backend"] == UCX_NAME
 
 
 def test_mpi_backend_passes_the_ci_subset_under_mpirun(mpi_site: Path, tmp_path: Path) -> None:

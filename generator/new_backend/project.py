@@ -15,6 +15,55 @@ from new_backend.validate import Answers
 
 
 @dataclass(frozen=True)
+class Library:
+    """A library the generated ``setup.py`` finds, compiles against and links.
+
+    Every library is found the same way (``find_library()`` in ``setup.py``):
+    ``VARIABLE_INCLUDE_DIR``/``VARIABLE_LIBRARY_DIR``, else ``VARIABLE_HOME``,
+    else the library's own conventions (``mpi``: ``I_MPI_ROOT`` and ``mpicc``
+    wrappers), else ``pkg-config NAME``.
+    """
+
+    #: Its pkg-config name (``ucx``).
+    name: str
+    #: A header its include folder must hold (``ucp/api/ucp.h``); '' to check none.
+    header: str = ""
+    #: What to link when neither ``VARIABLE_LIBS`` nor pkg-config says.
+    libraries: tuple[str, ...] = ()
+    #: How to install it, for the one-line error when it is missing.
+    install: str = "install it (its -dev package)"
+    #: Whether MPI's conventions apply: ``I_MPI_ROOT``, ``mpicc -show`` (``MPICC``, pip's mpich).
+    mpi: bool = False
+
+    @property
+    def variable(self) -> str:
+        """The prefix of its build variables (``UCX`` for ``UCX_HOME``)."""
+        return "".join(c if c.isalnum() else "_" for c in self.name).upper()
+
+    @property
+    def default_libraries(self) -> tuple[str, ...]:
+        return self.libraries or (self.name.removeprefix("lib"),)
+
+
+#: What setup.py knows about the libraries of the implementations (and of ``--library``
+#: with those names); any other ``--library`` gets the defaults.
+KNOWN_LIBRARIES = {
+    "mpi": Library(
+        "mpi", header="mpi.h", libraries=("mpi",), install="pip install mpich", mpi=True
+    ),
+    "ucx": Library(
+        "ucx",
+        header="ucp/api/ucp.h",
+        libraries=("ucp", "uct", "ucs"),
+        install="apt-get install libucx-dev",
+    ),
+}
+
+#: The library each implementation is written against.
+IMPL_LIBRARY = {"mpi": "mpi", "ucx": "ucx"}
+
+
+@dataclass(frozen=True)
 class Project:
     """A validated set of answers plus every name the template derives from them."""
 
@@ -93,9 +142,16 @@ class Project:
         return self.answers.library
 
     @property
-    def library_variable(self) -> str:
-        """The prefix of the library's build variables (``UCX`` for UCX_HOME)."""
-        return "".join(c if c.isalnum() else "_" for c in self.answers.library).upper()
+    def libraries(self) -> tuple[Library, ...]:
+        """Every library setup.py links: the implementation's (``--impl ucx`` is library
+        ``ucx``), then ``--library``'s, once each."""
+        names = dict.fromkeys(n for n in (IMPL_LIBRARY.get(self.impl, ""), self.library) if n)
+        return tuple(KNOWN_LIBRARIES.get(name, Library(name)) for name in names)
+
+    @property
+    def mpi_library(self) -> bool:
+        """Whether setup.py needs MPI's own ways of finding a library (mpicc and friends)."""
+        return any(library.mpi for library in self.libraries)
 
     @property
     def generator_version(self) -> str:

@@ -8,10 +8,18 @@ a CUDAExtension when that torch is a CUDA build and the CUDA toolkit is found
 (CUDA_HOME, or nvcc on the PATH), or when FORCE_CUDA=1; otherwise a
 CppExtension. Whether this machine has a GPU does not matter.
 
-MPI comes from MPI_HOME (a folder with include/mpi.h and lib/libmpi.so) when
-it is set, else from I_MPI_ROOT (Intel MPI's), else from an mpicc compiler wrapper: MPICC, the one `pip install
-mpich` puts beside this Python, or the first mpicc on the PATH (MPICH, Open
-MPI, Intel MPI, MVAPICH). The extension remembers where libmpi is (rpath).
+MPI (library "mpi") comes from, in this order:
+  MPI_INCLUDE_DIR and MPI_LIBRARY_DIR (and MPI_LIBS,
+      comma-separated names to link, default: pkg-config's, else mpi);
+  MPI_HOME, a prefix with include/ and lib/ (or lib64/);
+  I_MPI_ROOT (Intel MPI's setvars.sh sets it), unless MPICC is set;
+  the flags of an mpicc wrapper (`mpicc -show`, Open MPI's `--showme`): MPICC, else
+      the one `pip install mpich` puts beside this Python, else the first on the PATH;
+  pkg-config mpi (PKG_CONFIG_PATH says where else to look).
+The extension remembers where each library is (rpath): relative to itself
+($ORIGIN) when the library belongs to this Python environment (a pip wheel such
+as mpich's, a venv or conda prefix), so the environment may move; by its
+absolute folder too. The installed wheel runs without LD_LIBRARY_PATH.
 """
 
 import os
@@ -29,21 +37,22 @@ from torch.utils import cpp_extension
 
 ROOT = Path(__file__).parent.resolve()
 
-NO_MPI = """no MPI library found. Install one, then build again:
 
-    pip install mpich                 # MPICH from the package index, into this environment
+@dataclass(frozen=True)
+class Wanted:
+    """A library to build against, and how to recognise it."""
 
-or point the build at an MPI installed on this machine:
-
-    MPI_HOME=/opt/mpi pip install --no-build-isolation .    # has include/mpi.h, lib/libmpi.so
-    MPICC=/opt/mpi/bin/mpicc pip install --no-build-isolation .
-
-(Debian and Ubuntu: apt install libmpich-dev or libopenmpi-dev; clusters: module load mpi)"""
+    name: str  # its pkg-config name
+    variable: str  # the prefix of its settings: {VARIABLE}_HOME, _INCLUDE_DIR, _LIBRARY_DIR, _LIBS
+    header: str  # a header its include folder must hold ("" for none)
+    libraries: list  # what to link when neither {VARIABLE}_LIBS nor pkg-config says
+    install: str  # how to get it, for the error when it is missing
+    extra: tuple = ()  # its own conventions: (what, function(wanted) -> Library or None), tried before pkg-config
 
 
 @dataclass
-class Mpi:
-    """How to compile and link against one MPI library."""
+class Library:
+    """How to compile and link against one library, and where that came from."""
 
     source: str
     include_dirs: list = field(default_factory=list)
@@ -53,62 +62,177 @@ class Mpi:
     link_args: list = field(default_factory=list)
 
 
-def mpi_from_home(home: Path) -> Mpi:
-    include = home / "include"
-    if not (include / "mpi.h").is_file():
-        sys.exit(f"error: MPI_HOME={home} has no include/mpi.h\n\n{NO_MPI}")
-    libdirs = (home / "lib64", home / "lib", home / "lib" / "release")  # the last: older Intel MPI
-    libdir = next((d for d in libdirs if list(d.glob("libmpi.*"))), None)
-    if libdir is None:
-        sys.exit(f"error: MPI_HOME={home} has no lib/libmpi.so\n\n{NO_MPI}")
-    return Mpi(f"MPI_HOME={home}", [str(include)], [str(libdir)], ["mpi"], [], [f"-Wl,-rpath,{libdir}"])
+def in_this_environment(folder: Path) -> bool:
+    """Whether ``folder`` belongs to this Python environment: its site-packages (a library's own
+    pip wheel), or the prefix of a venv or conda environment (pip's mpich puts libmpi in PREFIX/lib)."""
+    roots = [sysconfig.get_path("platlib"), sysconfig.get_path("purelib")]
+    if sys.prefix != sys.base_prefix or os.environ.get("CONDA_PREFIX") == sys.prefix:
+        roots.append(sys.prefix)
+    return any(folder.is_relative_to(Path(root).resolve()) for root in roots)
 
 
-def mpi_from_wrapper(mpicc: str) -> Mpi | None:
+def rpath(folder: str) -> list:
+    """Linker flags so that the extension finds the libraries in ``folder`` without LD_LIBRARY_PATH.
+
+    A folder of this Python environment is named relative to where pip installs the extension
+    (``$ORIGIN/../../..`` from site-packages/mpi_all_collectives/), so the environment can move or be
+    copied; the absolute folder follows, for builds used in place (``build_ext --inplace``,
+    ``pip install --target``). Any other folder (/usr, /opt, a module's prefix) is absolute.
+    """
+    folder = Path(folder).resolve()
+    paths = [str(folder)]
+    if in_this_environment(folder):
+        installed = Path(sysconfig.get_path("platlib"), "mpi_all_collectives").resolve()
+        paths.insert(0, "$ORIGIN/" + os.path.relpath(folder, installed))
+    # RUNPATH (new dtags), which LD_LIBRARY_PATH can still override, as mpicc and torch do.
+    return ["-Wl,--enable-new-dtags", *(f"-Wl,-rpath,{path}" for path in paths)]
+
+
+def pkg_config(name: str, *args: str, path: str | None = None) -> list | None:
+    """The words `pkg-config ARGS NAME` prints, or None when it fails."""
+    env = dict(os.environ)
+    if path is not None:
+        env["PKG_CONFIG_PATH"] = os.pathsep.join(filter(None, [path, env.get("PKG_CONFIG_PATH")]))
+    try:
+        done = subprocess.run(
+            ["pkg-config", *args, name], capture_output=True, text=True, env=env, timeout=60, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return shlex.split(done.stdout) if done.returncode == 0 else None
+
+
+def link_names(wanted: Wanted, libdir: str | None = None) -> list:
+    """{VARIABLE}_LIBS, else what pkg-config (also in LIBDIR/pkgconfig) links, else the default."""
+    names = [n for n in os.environ.get(f"{wanted.variable}_LIBS", "").split(",") if n]
+    pc = pkg_config(wanted.name, "--libs-only-l", path=str(Path(libdir, "pkgconfig")) if libdir else None)
+    return names or [w[2:] for w in pc or [] if w.startswith("-l")] or list(wanted.libraries)
+
+
+def from_folders(wanted: Wanted, source: str, include: str, libdir: str) -> Library:
+    """The library in an include folder and a library folder a setting names; exits if it is not there."""
+    for what, folder in (("include", include), ("library", libdir)):
+        if not folder or not Path(folder).is_dir():
+            sys.exit(f"error: {wanted.name}: {source} gives no {what} folder ({folder})")
+    if wanted.header and not Path(include, wanted.header).is_file():
+        sys.exit(f"error: {wanted.name}: {source} has no {wanted.header} in {include}")
+    names = link_names(wanted, libdir)
+    if not list(Path(libdir).glob(f"lib{names[0]}.*")):
+        sys.exit(f"error: {wanted.name}: {source} has no lib{names[0]}.so in {libdir}")
+    return Library(source, [include], [libdir], names)
+
+
+def from_home(wanted: Wanted, source: str, home: str) -> Library:
+    """The library under a prefix: HOME/include, and HOME/lib64, lib or lib/release (older Intel MPI)."""
+    names = link_names(wanted)
+    folders = [Path(home, "lib64"), Path(home, "lib"), Path(home, "lib", "release")]
+    libdir = next((d for d in folders if list(d.glob(f"lib{names[0]}.*"))), None)
+    libdir = libdir or next((d for d in folders if d.is_dir()), folders[1])
+    return from_folders(wanted, source, str(Path(home, "include")), str(libdir))
+
+
+def from_pkg_config(wanted: Wanted) -> Library | None:
+    cflags = pkg_config(wanted.name, "--cflags-only-I")
+    libs = pkg_config(wanted.name, "--libs-only-L", "--libs-only-l")
+    if cflags is None or libs is None:
+        return None
+    library_dirs = [w[2:] for w in libs if w.startswith("-L")]
+    if not library_dirs:  # a system folder pkg-config leaves out: ask for it anyway, for the rpath
+        library_dirs = pkg_config(wanted.name, "--variable=libdir") or []
+    names = [n for n in os.environ.get(f"{wanted.variable}_LIBS", "").split(",") if n]
+    return Library(
+        f"pkg-config {wanted.name}",
+        [w[2:] for w in cflags if w.startswith("-I")],
+        library_dirs,
+        names or [w[2:] for w in libs if w.startswith("-l")] or list(wanted.libraries),
+    )
+
+
+def intel_mpi(wanted: Wanted) -> Library | None:
+    """Intel MPI's I_MPI_ROOT (its setvars.sh sets it), unless MPICC chooses another MPI."""
+    root = os.environ.get("I_MPI_ROOT")
+    return from_home(wanted, f"I_MPI_ROOT={root}", root) if root and not os.environ.get("MPICC") else None
+
+
+def from_wrapper(mpicc: str) -> Library | None:
     """The flags an mpicc wrapper adds: `-show` (MPICH and friends) or `--showme` (Open MPI)."""
     for flag in ("-show", "--showme"):
         try:
-            done = subprocess.run([mpicc, flag], capture_output=True, text=True, timeout=60)
-        except OSError:
+            done = subprocess.run([mpicc, flag], capture_output=True, text=True, timeout=60, check=False)
+        except (OSError, subprocess.TimeoutExpired):
             return None
         words = shlex.split(done.stdout)
         if done.returncode == 0 and any(w.startswith(("-l", "-L", "-I")) for w in words):
             break
     else:
         return None
-    mpi = Mpi(mpicc)
-    for word in words[1:]:  # words[0] is the compiler it wraps
+    library = Library(mpicc)
+    words = iter(words[1:])  # the first word is the compiler it wraps
+    for word in words:
         if word.startswith("-I"):
-            mpi.include_dirs.append(word[2:])
+            library.include_dirs.append(word[2:])
         elif word.startswith("-L"):
-            mpi.library_dirs.append(word[2:])
-            if not any("rpath" in w for w in words):  # so that the extension finds libmpi
-                mpi.link_args.append(f"-Wl,-rpath,{word[2:]}")
+            library.library_dirs.append(word[2:])
         elif word.startswith("-l"):
-            mpi.libraries.append(word[2:])
+            library.libraries.append(word[2:])
         elif word == "-pthread":
-            mpi.compile_args.append(word)
-            mpi.link_args.append(word)
+            library.compile_args.append(word)
+            library.link_args.append(word)
         elif word.startswith("-D"):
-            mpi.compile_args.append(word)
+            library.compile_args.append(word)
+        elif word == "-Wl,-rpath":  # the wrapper's rpath: rpath() writes ours
+            next(words, None)
+        elif word.startswith(("-Wl,-rpath", "-Wl,--enable-new-dtags", "-Wl,--disable-new-dtags")):
+            pass
         elif word.startswith("-"):
-            mpi.link_args.append(word)  # -Wl,-rpath and the like
-    return mpi
+            library.link_args.append(word)
+    return library
 
 
-def find_mpi() -> Mpi:
-    """MPI_HOME, else the first mpicc that answers; exits with how to get MPI otherwise."""
-    if os.environ.get("MPI_HOME"):
-        return mpi_from_home(Path(os.environ["MPI_HOME"]))
-    if os.environ.get("I_MPI_ROOT") and not os.environ.get("MPICC"):  # Intel MPI's setvars.sh sets it
-        return mpi_from_home(Path(os.environ["I_MPI_ROOT"]))
+def mpicc_wrapper(wanted: Wanted) -> Library | None:
+    """The first mpicc that answers: MPICC, the one pip's mpich puts beside this Python, the PATH's."""
     here = [Path(sys.executable).parent / "mpicc", Path(sysconfig.get_path("scripts")) / "mpicc"]
     candidates = [os.environ.get("MPICC"), *(str(p) for p in here if p.is_file()), shutil.which("mpicc")]
     for mpicc in dict.fromkeys(c for c in candidates if c):
-        mpi = mpi_from_wrapper(mpicc)
-        if mpi is not None:
-            return mpi
-    sys.exit(f"error: {NO_MPI}")
+        library = from_wrapper(mpicc)
+        if library is not None:
+            return library
+    return None
+
+
+def find_library(wanted: Wanted) -> Library:
+    """The library from its settings, its own conventions, then pkg-config; else exits in one line."""
+    v = wanted.variable
+    include, libdir = os.environ.get(f"{v}_INCLUDE_DIR"), os.environ.get(f"{v}_LIBRARY_DIR")
+    home = os.environ.get(f"{v}_HOME")
+    if include or libdir:
+        found = from_folders(wanted, f"{v}_INCLUDE_DIR/{v}_LIBRARY_DIR", include or "", libdir or "")
+    elif home:
+        found = from_home(wanted, f"{v}_HOME={home}", home)
+    else:
+        found = next((f for _, find in wanted.extra if (f := find(wanted)) is not None), None)
+        found = found or from_pkg_config(wanted)
+    if found is None:
+        looked = ", ".join([f"{v}_INCLUDE_DIR/{v}_LIBRARY_DIR", f"{v}_HOME", *(what for what, _ in wanted.extra)])
+        sys.exit(
+            f"error: {wanted.name} not found: looked for {looked} and pkg-config {wanted.name} "
+            f"(PKG_CONFIG_PATH); {wanted.install}, or set {v}_HOME=/its/prefix"
+        )
+    for folder in found.library_dirs:
+        found.link_args += [arg for arg in rpath(folder) if arg not in found.link_args]
+    return found
+
+
+LIBRARIES = [
+    Wanted(
+        "mpi",
+        "MPI",
+        header="mpi.h",
+        libraries=["mpi"],
+        install="pip install mpich",
+        extra=(("I_MPI_ROOT", intel_mpi), ("an mpicc (MPICC, beside this Python, on the PATH)", mpicc_wrapper)),
+    ),
+]
 
 
 def build_with_cuda() -> bool:
@@ -126,22 +250,24 @@ def get_extensions():
         key=lambda source: (not source.endswith("bindings.cpp"), source),
     )
     extension = cpp_extension.CUDAExtension if with_cuda else cpp_extension.CppExtension
-    mpi = find_mpi()
-    print(f"mpi_all_collectives: building against the MPI of {mpi.source}")
+    found = [find_library(wanted) for wanted in LIBRARIES]
+    for wanted, library in zip(LIBRARIES, found):
+        print(f"mpi_all_collectives: building against {wanted.name} from {library.source}")
+    compile_args = [arg for library in found for arg in library.compile_args]
     return [
         extension(
             name="mpi_all_collectives._C",
             sources=sources,
-            include_dirs=[str(ROOT / "csrc"), *mpi.include_dirs],
-            library_dirs=mpi.library_dirs,
-            libraries=mpi.libraries,
-            extra_link_args=mpi.link_args,
+            include_dirs=[str(ROOT / "csrc"), *(d for library in found for d in library.include_dirs)],
+            library_dirs=[d for library in found for d in library.library_dirs],
+            libraries=[name for library in found for name in library.libraries],
+            extra_link_args=list(dict.fromkeys(arg for library in found for arg in library.link_args)),
             # The C API only: Open MPI's and MPICH's mpi.h otherwise pull in their
             # C++ bindings, which need a library of their own (libmpi_cxx).
             define_macros=[("OMPI_SKIP_MPICXX", "1"), ("MPICH_SKIP_MPICXX", "1")]
             + ([("WITH_CUDA", None)] if with_cuda else []),
             # No debug info (-g0): it triples the compile time of torch's headers.
-            extra_compile_args={"cxx": ["-O2", "-g0", "-fvisibility=hidden", *mpi.compile_args], "nvcc": ["-O2"]},
+            extra_compile_args={"cxx": ["-O2", "-g0", "-fvisibility=hidden", *compile_args], "nvcc": ["-O2"]},
         )
     ]
 

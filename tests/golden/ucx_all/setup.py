@@ -7,12 +7,24 @@ another torch, and the extension must match the one you run). The extension is
 a CUDAExtension when that torch is a CUDA build and the CUDA toolkit is found
 (CUDA_HOME, or nvcc on the PATH), or when FORCE_CUDA=1; otherwise a
 CppExtension. Whether this machine has a GPU does not matter.
+
+The library "ucx" comes from, in this order:
+  UCX_INCLUDE_DIR and UCX_LIBRARY_DIR (and UCX_LIBS,
+      comma-separated names to link, default: pkg-config's, else ucp,uct,ucs);
+  UCX_HOME, a prefix with include/ and lib/ (or lib64/);
+  pkg-config ucx (PKG_CONFIG_PATH says where else to look).
+The extension remembers where each library is (rpath): relative to itself
+($ORIGIN) when the library belongs to this Python environment (a pip wheel such
+as mpich's, a venv or conda prefix), so the environment may move; by its
+absolute folder too. The installed wheel runs without LD_LIBRARY_PATH.
 """
 
 import os
 import shlex
 import subprocess
 import sys
+import sysconfig
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -21,36 +33,149 @@ from torch.utils import cpp_extension
 
 ROOT = Path(__file__).parent.resolve()
 
-NO_UCX = "error: UCX not found: apt-get install libucx-dev (or set UCX_HOME to a UCX installation)"
+
+@dataclass(frozen=True)
+class Wanted:
+    """A library to build against, and how to recognise it."""
+
+    name: str  # its pkg-config name
+    variable: str  # the prefix of its settings: {VARIABLE}_HOME, _INCLUDE_DIR, _LIBRARY_DIR, _LIBS
+    header: str  # a header its include folder must hold ("" for none)
+    libraries: list  # what to link when neither {VARIABLE}_LIBS nor pkg-config says
+    install: str  # how to get it, for the error when it is missing
+    extra: tuple = ()  # its own conventions: (what, function(wanted) -> Library or None), tried before pkg-config
 
 
-def find_ucx() -> dict:
-    """Compiler and linker settings for UCX: UCX_HOME, else pkg-config; exits with how to get it."""
-    home = os.environ.get("UCX_HOME")
-    if home:
-        include = Path(home) / "include"
-        libdir = next((d for d in (Path(home) / "lib64", Path(home) / "lib") if list(d.glob("libucp.*"))), None)
-        if not (include / "ucp" / "api" / "ucp.h").is_file() or libdir is None:
-            sys.exit(f"error: UCX_HOME={home} has no include/ucp/api/ucp.h and lib/libucp.so")
-        return dict(
-            include_dirs=[str(include)],
-            library_dirs=[str(libdir)],
-            libraries=["ucp", "uct", "ucs"],
-            extra_link_args=[f"-Wl,-rpath,{libdir}"],
-        )
+@dataclass
+class Library:
+    """How to compile and link against one library, and where that came from."""
+
+    source: str
+    include_dirs: list = field(default_factory=list)
+    library_dirs: list = field(default_factory=list)
+    libraries: list = field(default_factory=list)
+    compile_args: list = field(default_factory=list)
+    link_args: list = field(default_factory=list)
+
+
+def in_this_environment(folder: Path) -> bool:
+    """Whether ``folder`` belongs to this Python environment: its site-packages (a library's own
+    pip wheel), or the prefix of a venv or conda environment (pip's mpich puts libmpi in PREFIX/lib)."""
+    roots = [sysconfig.get_path("platlib"), sysconfig.get_path("purelib")]
+    if sys.prefix != sys.base_prefix or os.environ.get("CONDA_PREFIX") == sys.prefix:
+        roots.append(sys.prefix)
+    return any(folder.is_relative_to(Path(root).resolve()) for root in roots)
+
+
+def rpath(folder: str) -> list:
+    """Linker flags so that the extension finds the libraries in ``folder`` without LD_LIBRARY_PATH.
+
+    A folder of this Python environment is named relative to where pip installs the extension
+    (``$ORIGIN/../../..`` from site-packages/ucx_all_collectives/), so the environment can move or be
+    copied; the absolute folder follows, for builds used in place (``build_ext --inplace``,
+    ``pip install --target``). Any other folder (/usr, /opt, a module's prefix) is absolute.
+    """
+    folder = Path(folder).resolve()
+    paths = [str(folder)]
+    if in_this_environment(folder):
+        installed = Path(sysconfig.get_path("platlib"), "ucx_all_collectives").resolve()
+        paths.insert(0, "$ORIGIN/" + os.path.relpath(folder, installed))
+    # RUNPATH (new dtags), which LD_LIBRARY_PATH can still override, as mpicc and torch do.
+    return ["-Wl,--enable-new-dtags", *(f"-Wl,-rpath,{path}" for path in paths)]
+
+
+def pkg_config(name: str, *args: str, path: str | None = None) -> list | None:
+    """The words `pkg-config ARGS NAME` prints, or None when it fails."""
+    env = dict(os.environ)
+    if path is not None:
+        env["PKG_CONFIG_PATH"] = os.pathsep.join(filter(None, [path, env.get("PKG_CONFIG_PATH")]))
     try:
-        done = subprocess.run(["pkg-config", "--cflags", "--libs", "ucx"], capture_output=True, text=True)
-    except OSError:
-        sys.exit(NO_UCX)
-    if done.returncode != 0:
-        sys.exit(NO_UCX)
-    words = shlex.split(done.stdout)
-    return dict(
-        include_dirs=[w[2:] for w in words if w.startswith("-I")],
-        library_dirs=[w[2:] for w in words if w.startswith("-L")],
-        libraries=[w[2:] for w in words if w.startswith("-l")],
-        extra_link_args=[f"-Wl,-rpath,{w[2:]}" for w in words if w.startswith("-L")],
+        done = subprocess.run(
+            ["pkg-config", *args, name], capture_output=True, text=True, env=env, timeout=60, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return shlex.split(done.stdout) if done.returncode == 0 else None
+
+
+def link_names(wanted: Wanted, libdir: str | None = None) -> list:
+    """{VARIABLE}_LIBS, else what pkg-config (also in LIBDIR/pkgconfig) links, else the default."""
+    names = [n for n in os.environ.get(f"{wanted.variable}_LIBS", "").split(",") if n]
+    pc = pkg_config(wanted.name, "--libs-only-l", path=str(Path(libdir, "pkgconfig")) if libdir else None)
+    return names or [w[2:] for w in pc or [] if w.startswith("-l")] or list(wanted.libraries)
+
+
+def from_folders(wanted: Wanted, source: str, include: str, libdir: str) -> Library:
+    """The library in an include folder and a library folder a setting names; exits if it is not there."""
+    for what, folder in (("include", include), ("library", libdir)):
+        if not folder or not Path(folder).is_dir():
+            sys.exit(f"error: {wanted.name}: {source} gives no {what} folder ({folder})")
+    if wanted.header and not Path(include, wanted.header).is_file():
+        sys.exit(f"error: {wanted.name}: {source} has no {wanted.header} in {include}")
+    names = link_names(wanted, libdir)
+    if not list(Path(libdir).glob(f"lib{names[0]}.*")):
+        sys.exit(f"error: {wanted.name}: {source} has no lib{names[0]}.so in {libdir}")
+    return Library(source, [include], [libdir], names)
+
+
+def from_home(wanted: Wanted, source: str, home: str) -> Library:
+    """The library under a prefix: HOME/include, and HOME/lib64, lib or lib/release (older Intel MPI)."""
+    names = link_names(wanted)
+    folders = [Path(home, "lib64"), Path(home, "lib"), Path(home, "lib", "release")]
+    libdir = next((d for d in folders if list(d.glob(f"lib{names[0]}.*"))), None)
+    libdir = libdir or next((d for d in folders if d.is_dir()), folders[1])
+    return from_folders(wanted, source, str(Path(home, "include")), str(libdir))
+
+
+def from_pkg_config(wanted: Wanted) -> Library | None:
+    cflags = pkg_config(wanted.name, "--cflags-only-I")
+    libs = pkg_config(wanted.name, "--libs-only-L", "--libs-only-l")
+    if cflags is None or libs is None:
+        return None
+    library_dirs = [w[2:] for w in libs if w.startswith("-L")]
+    if not library_dirs:  # a system folder pkg-config leaves out: ask for it anyway, for the rpath
+        library_dirs = pkg_config(wanted.name, "--variable=libdir") or []
+    names = [n for n in os.environ.get(f"{wanted.variable}_LIBS", "").split(",") if n]
+    return Library(
+        f"pkg-config {wanted.name}",
+        [w[2:] for w in cflags if w.startswith("-I")],
+        library_dirs,
+        names or [w[2:] for w in libs if w.startswith("-l")] or list(wanted.libraries),
     )
+
+
+def find_library(wanted: Wanted) -> Library:
+    """The library from its settings, its own conventions, then pkg-config; else exits in one line."""
+    v = wanted.variable
+    include, libdir = os.environ.get(f"{v}_INCLUDE_DIR"), os.environ.get(f"{v}_LIBRARY_DIR")
+    home = os.environ.get(f"{v}_HOME")
+    if include or libdir:
+        found = from_folders(wanted, f"{v}_INCLUDE_DIR/{v}_LIBRARY_DIR", include or "", libdir or "")
+    elif home:
+        found = from_home(wanted, f"{v}_HOME={home}", home)
+    else:
+        found = next((f for _, find in wanted.extra if (f := find(wanted)) is not None), None)
+        found = found or from_pkg_config(wanted)
+    if found is None:
+        looked = ", ".join([f"{v}_INCLUDE_DIR/{v}_LIBRARY_DIR", f"{v}_HOME", *(what for what, _ in wanted.extra)])
+        sys.exit(
+            f"error: {wanted.name} not found: looked for {looked} and pkg-config {wanted.name} "
+            f"(PKG_CONFIG_PATH); {wanted.install}, or set {v}_HOME=/its/prefix"
+        )
+    for folder in found.library_dirs:
+        found.link_args += [arg for arg in rpath(folder) if arg not in found.link_args]
+    return found
+
+
+LIBRARIES = [
+    Wanted(
+        "ucx",
+        "UCX",
+        header="ucp/api/ucp.h",
+        libraries=["ucp", "uct", "ucs"],
+        install="apt-get install libucx-dev",
+    ),
+]
 
 
 def build_with_cuda() -> bool:
@@ -68,18 +193,21 @@ def get_extensions():
         key=lambda source: (not source.endswith("bindings.cpp"), source),
     )
     extension = cpp_extension.CUDAExtension if with_cuda else cpp_extension.CppExtension
-    ucx = find_ucx()
+    found = [find_library(wanted) for wanted in LIBRARIES]
+    for wanted, library in zip(LIBRARIES, found):
+        print(f"ucx_all_collectives: building against {wanted.name} from {library.source}")
+    compile_args = [arg for library in found for arg in library.compile_args]
     return [
         extension(
             name="ucx_all_collectives._C",
             sources=sources,
-            include_dirs=[str(ROOT / "csrc"), *ucx["include_dirs"]],
-            library_dirs=ucx["library_dirs"],
-            libraries=ucx["libraries"],
-            extra_link_args=ucx["extra_link_args"],
+            include_dirs=[str(ROOT / "csrc"), *(d for library in found for d in library.include_dirs)],
+            library_dirs=[d for library in found for d in library.library_dirs],
+            libraries=[name for library in found for name in library.libraries],
+            extra_link_args=list(dict.fromkeys(arg for library in found for arg in library.link_args)),
             define_macros=[("WITH_CUDA", None)] if with_cuda else [],
             # No debug info (-g0): it triples the compile time of torch's headers.
-            extra_compile_args={"cxx": ["-O2", "-g0", "-fvisibility=hidden"], "nvcc": ["-O2"]},
+            extra_compile_args={"cxx": ["-O2", "-g0", "-fvisibility=hidden", *compile_args], "nvcc": ["-O2"]},
         )
     ]
 

@@ -582,6 +582,39 @@ def group_options(ctx: Ctx) -> None:
         ctx.check(t, sum(ctx.data(r) for r in members))
 
 
+def split_groups(ctx: Ctx) -> None:
+    """c10d's split makes groups [0, 2] and [1] (BackendMpiAll::split, then ops::split or
+    ops::init), whose all_reduce sums over their own ranks; the parent still works.
+
+    ``dist.split_group`` itself cannot run on a CPU-only torch: it needs a bound
+    accelerator (``init_process_group`` refuses ``device_id=torch.device("cpu")``:
+    "device_id parameter must be an accelerator with an index", and without an
+    accelerator it raises "No backend for the parent process group or its
+    backend does not support splitting"). This calls what it calls after those
+    checks: ``ProcessGroup.split_group``, c10d's C++ ``ProcessGroup::splitGroup``.
+    """
+    world = dist.group.WORLD
+    assert world._get_backend(torch.device("cpu")).supports_splitting
+    splits = [[0, 2], [1]]
+    mine = next(ranks for ranks in splits if ctx.rank in ranks)
+    groups = []
+    # Three splits: c10d asks the backend once per device type it serves, and a
+    # child made twice once raced its twin's bootstrap keys, now and then.
+    for i in range(3):
+        name = f"split{i}_" + "_".join(map(str, mine))
+        group = world.split_group(mine, timeout=timedelta(seconds=60), group_name=name)
+        assert group is not None, f"rank {ctx.rank} got no group"
+        assert (group.rank(), group.size()) == (mine.index(ctx.rank), len(mine))
+        groups.append(group)
+    for i, group in enumerate(groups * 2):  # each twice: its communicator stays usable
+        t = ctx.data(ctx.rank, shift=i % 8)
+        group.allreduce([t]).wait()
+        ctx.check(t, sum(ctx.data(r, shift=i % 8) for r in mine))
+    t = ctx.data(ctx.rank, shift=1)
+    dist.all_reduce(t)
+    ctx.check(t, sum(ctx.data(r, shift=1) for r in range(ctx.world)))
+
+
 def bad_calls(ctx: Ctx) -> None:
     """Bad arguments fail at once, on the caller's thread, naming the backend, op and reason."""
     import pytest

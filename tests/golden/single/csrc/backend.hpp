@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -243,6 +244,10 @@ class BackendSingle : public c10d::Backend {
 
   // split_group (c10d's split path, taken where the default group has a
   // device bound): the child's communicator comes from ops::split, else ops::init.
+  // c10d's ProcessGroup::splitGroup asks once per device type this backend
+  // serves (cpu, then cuda), with the same store and group name: the child made
+  // for the first is returned again, as create() makes one backend for all
+  // devices (two children would publish their bootstrap keys over each other).
   bool supportsSplitting() const override {
     return true;
   }
@@ -289,7 +294,12 @@ class BackendSingle : public c10d::Backend {
   const single_collectives::Options options_;
   std::atomic<int64_t> timeoutMs_;  // the default op timeout (setTimeout)
   std::mutex streamsMutex_;
-  std::map<c10::DeviceIndex, c10::Stream> streams_;  // the backend's CUDA stream per device
+  std::map<c10::DeviceIndex, c10::Stream> streams_;
+  // The last child split() made, and its store and name (see split()).
+  std::mutex splitMutex_;
+  const c10d::Store* lastSplitStore_ = nullptr;
+  std::string lastSplitName_;
+  std::optional<c10::weak_intrusive_ptr<c10d::Backend>> lastSplit_;  // the backend's CUDA stream per device
   // Ops are numbered and queued under issueMutex_, so that each queue runs
   // them in the order of their numbers, whichever threads issue them.
   std::mutex issueMutex_;

@@ -55,6 +55,15 @@ def test_options_reach_the_group_from_pg_options_and_the_environment():
         cluster.kill()  # the group whose creation failed is half made
 
 
+def test_split_groups_reduce_over_their_own_ranks():
+    """c10d's split (what dist.split_group calls) at world size 3: groups [0, 2] and [1]."""
+    cluster = Cluster(3)
+    try:
+        cluster.run("split_groups")
+    finally:
+        cluster.close()
+
+
 def test_abort_and_shutdown_at_once_return_promptly():
     cluster = Cluster(2)
     try:

@@ -1148,16 +1148,27 @@ c10::intrusive_ptr<c10d::Backend> BackendUcxAll::split(
   if (it == ranks.end()) {
     return nullptr;  // this rank is not in the new group
   }
+  const std::string name = opts ? opts->group_name : "";
+  std::lock_guard<std::mutex> lock(splitMutex_);
+  if (lastSplit_ && store.get() == lastSplitStore_ && name == lastSplitName_) {
+    if (auto child = lastSplit_->lock()) {
+      return child;  // the same split, asked again for another device type
+    }
+  }
   std::vector<int64_t> globalRanks;
   for (int r : ranks) {
     globalRanks.push_back(group_->globalRanks.at(r));
   }
   const auto timeout = opts ? opts->timeout : std::chrono::milliseconds(timeoutMs_.load());
   auto group = makeGroup(
-      static_cast<int>(it - ranks.begin()), static_cast<int>(ranks.size()), opts ? opts->group_name : "",
-      std::move(globalRanks));
+      static_cast<int>(it - ranks.begin()), static_cast<int>(ranks.size()), name, std::move(globalRanks));
   auto library = makeLibrary(*group, store, timeout, options_, false, library_);
-  return c10::make_intrusive<BackendUcxAll>(std::move(group), std::move(library), options_, timeout);
+  c10::intrusive_ptr<c10d::Backend> child =
+      c10::make_intrusive<BackendUcxAll>(std::move(group), std::move(library), options_, timeout);
+  lastSplitStore_ = store.get();
+  lastSplitName_ = name;
+  lastSplit_.emplace(child);
+  return child;
 }
 
 c10::intrusive_ptr<c10d::Backend::Options> BackendUcxAll::getBackendOptions() {
