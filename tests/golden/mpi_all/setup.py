@@ -53,15 +53,15 @@ class Mpi:
     link_args: list = field(default_factory=list)
 
 
-def mpi_from_home(home: Path) -> Mpi:
+def mpi_from_home(home: Path, variable: str = "MPI_HOME") -> Mpi:
     include = home / "include"
     if not (include / "mpi.h").is_file():
-        sys.exit(f"error: MPI_HOME={home} has no include/mpi.h\n\n{NO_MPI}")
+        sys.exit(f"error: {variable}={home} has no include/mpi.h\n\n{NO_MPI}")
     libdirs = (home / "lib64", home / "lib", home / "lib" / "release")  # the last: older Intel MPI
     libdir = next((d for d in libdirs if list(d.glob("libmpi.*"))), None)
     if libdir is None:
-        sys.exit(f"error: MPI_HOME={home} has no lib/libmpi.so\n\n{NO_MPI}")
-    return Mpi(f"MPI_HOME={home}", [str(include)], [str(libdir)], ["mpi"], [], [f"-Wl,-rpath,{libdir}"])
+        sys.exit(f"error: {variable}={home} has no lib/libmpi.so\n\n{NO_MPI}")
+    return Mpi(f"{variable}={home}", [str(include)], [str(libdir)], ["mpi"], [], [f"-Wl,-rpath,{libdir}"])
 
 
 def mpi_from_wrapper(mpicc: str) -> Mpi | None:
@@ -69,6 +69,11 @@ def mpi_from_wrapper(mpicc: str) -> Mpi | None:
     for flag in ("-show", "--showme"):
         try:
             done = subprocess.run([mpicc, flag], capture_output=True, text=True, timeout=60)
+            if "I_MPI_SUBSTITUTE_INSTALLDIR" in done.stdout:
+                # Intel MPI's wrapper (pip's impi-devel) needs I_MPI_ROOT, its prefix.
+                prefix = str(Path(mpicc).resolve().parent.parent)
+                env = dict(os.environ, I_MPI_ROOT=prefix)
+                done = subprocess.run([mpicc, flag], capture_output=True, text=True, timeout=60, env=env, check=False)
         except OSError:
             return None
         words = shlex.split(done.stdout)
@@ -77,8 +82,11 @@ def mpi_from_wrapper(mpicc: str) -> Mpi | None:
     else:
         return None
     mpi = Mpi(mpicc)
-    for word in words[1:]:  # words[0] is the compiler it wraps
-        if word.startswith("-I"):
+    words = words[1:]  # words[0] is the compiler it wraps
+    for i, word in enumerate(words):
+        if word == "-Xlinker" and i + 1 < len(words):  # Intel MPI: -Xlinker -rpath -Xlinker DIR
+            words[i + 1] = "-Wl," + words[i + 1]
+        elif word.startswith("-I"):
             mpi.include_dirs.append(word[2:])
         elif word.startswith("-L"):
             mpi.library_dirs.append(word[2:])
@@ -101,7 +109,7 @@ def find_mpi() -> Mpi:
     if os.environ.get("MPI_HOME"):
         return mpi_from_home(Path(os.environ["MPI_HOME"]))
     if os.environ.get("I_MPI_ROOT") and not os.environ.get("MPICC"):  # Intel MPI's setvars.sh sets it
-        return mpi_from_home(Path(os.environ["I_MPI_ROOT"]))
+        return mpi_from_home(Path(os.environ["I_MPI_ROOT"]), "I_MPI_ROOT")
     here = [Path(sys.executable).parent / "mpicc", Path(sysconfig.get_path("scripts")) / "mpicc"]
     candidates = [os.environ.get("MPICC"), *(str(p) for p in here if p.is_file()), shutil.which("mpicc")]
     for mpicc in dict.fromkeys(c for c in candidates if c):
