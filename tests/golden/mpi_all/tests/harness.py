@@ -182,7 +182,8 @@ class Cluster:
         self.pids = [None] * self.world_size
         self.conns = [None] * self.world_size
         self.mpirun = subprocess.Popen(
-            [*mpirun_command(), "-n", str(self.world_size), sys.executable, "-m", "harness"],
+            [*mpirun_command(survive_exits=True), "-n", str(self.world_size)]
+            + [sys.executable, "-m", "harness"],
             env=child_env, stdin=subprocess.DEVNULL, stdout=self.output, stderr=subprocess.STDOUT,
             start_new_session=True,  # kill() takes mpirun's helpers too
         )  # fmt: skip
@@ -265,13 +266,15 @@ class Cluster:
         return [reply[1] for reply in replies]
 
 
-def mpirun_command() -> list[str]:
+def mpirun_command(survive_exits: bool = False) -> list[str]:
     """The MPI launcher and its options, for test clusters and launcher tests.
 
     mpi_all_collectives.mpirun_command() (MPI_ALL_MPIRUN if set; else the mpirun
     beside this Python, as `pip install mpich` puts it there, else the first
     mpirun on the PATH), plus what the failure tests need: a rank that dies
     must not take the others with it, since they check that the others notice.
+    Open MPI's mpirun needs survive_exits for that, and then exits with 0
+    whatever the ranks' statuses, so the tests that read its status leave it off.
     """
     import mpi_all_collectives
 
@@ -282,10 +285,11 @@ def mpirun_command() -> list[str]:
     kind, major = mpi_all_collectives.mpi_launcher(command[0])
     if kind == "hydra" and "-disable-auto-cleanup" not in command:  # MPICH, Intel MPI
         command.append("-disable-auto-cleanup")
-    if kind == "openmpi" and 0 < major < 5 and "orte_abort_on_non_zero_status" not in command:
+    keep_going = "orte_abort_on_non_zero_status"
+    if survive_exits and kind == "openmpi" and 0 < major < 5 and keep_going not in command:
         # Open MPI 4 (ORTE) ends the job when a rank exits with a non-zero
         # status; a rank killed by a signal still does (faults.py).
-        command += ["--mca", "orte_abort_on_non_zero_status", "0"]
+        command += ["--mca", keep_going, "0"]
     return command
 
 
