@@ -159,6 +159,10 @@ def from_wrapper(mpicc: str) -> Library | None:
     for flag in ("-show", "--showme"):
         try:
             done = subprocess.run([mpicc, flag], capture_output=True, text=True, timeout=60, check=False)
+            if "I_MPI_SUBSTITUTE_INSTALLDIR" in done.stdout:
+                # Intel MPI's wrapper (pip's impi-devel) needs I_MPI_ROOT, its prefix.
+                env = dict(os.environ, I_MPI_ROOT=str(Path(mpicc).resolve().parent.parent))
+                done = subprocess.run([mpicc, flag], capture_output=True, text=True, timeout=60, env=env, check=False)
         except (OSError, subprocess.TimeoutExpired):
             return None
         words = shlex.split(done.stdout)
@@ -180,6 +184,12 @@ def from_wrapper(mpicc: str) -> Library | None:
             library.link_args.append(word)
         elif word.startswith("-D"):
             library.compile_args.append(word)
+        elif word == "-Xlinker":  # Intel MPI: -Xlinker --enable-new-dtags -Xlinker -rpath -Xlinker DIR
+            arg = next(words, "")
+            if arg == "-rpath":  # the wrapper's rpath: rpath() writes ours
+                next(words, None), next(words, None)
+            elif arg and not arg.endswith("-new-dtags"):
+                library.link_args.append(f"-Wl,{arg}")
         elif word == "-Wl,-rpath":  # the wrapper's rpath: rpath() writes ours
             next(words, None)
         elif word.startswith(("-Wl,-rpath", "-Wl,--enable-new-dtags", "-Wl,--disable-new-dtags")):

@@ -31,9 +31,7 @@ import argparse
 import json
 import os
 import platform
-{%- if p.impl == "mpi" %}
-import shutil
-{%- else %}
+{%- if p.impl != "mpi" %}
 import socket
 {%- endif %}
 import statistics
@@ -49,7 +47,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from . import BACKEND_NAME, DEVICES, OPS{{ ", set_env_from_mpi" if p.impl == "mpi" }}
+from . import BACKEND_NAME, DEVICES, OPS{{ ", mpirun_command, set_env_from_mpi" if p.impl == "mpi" }}
 
 LAUNCHER_ENV = [  # (rank, world size) variables of common launchers
     ("RANK", "WORLD_SIZE"),  # torchrun
@@ -640,11 +638,11 @@ def main(argv: list[str] | None = None) -> None:
         return
 {%- if p.impl == "mpi" %}
     # MPI processes are started by MPI's launcher: run this module again under mpirun.
-    here = os.path.dirname(sys.executable)
-    mpirun = shutil.which("mpirun", path=here) or shutil.which("mpirun")
-    if mpirun is None:
-        sys.exit("no mpirun found: pip install mpich, or run this under your MPI's launcher")
-    command = [mpirun, "-n", str(world_size), sys.executable, "-m", "{{ p.package }}.bench"]
+    try:
+        mpirun = mpirun_command()  # {{ p.macro }}_MPIRUN, else the mpirun beside Python or on the PATH
+    except FileNotFoundError as e:
+        sys.exit(f"{e}; or run this under your MPI's launcher")
+    command = [*mpirun, "-n", str(world_size), sys.executable, "-m", "{{ p.package }}.bench"]
     command += sys.argv[1:] if argv is None else argv
     sys.exit(subprocess.run(command, check=False).returncode)
 {%- else %}

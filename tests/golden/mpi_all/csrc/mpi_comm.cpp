@@ -179,6 +179,10 @@ void ensureInitialized() {
   } else {
     CHECK_MPI(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided));
     rt.ours = true;
+    // Errors become exceptions on MPI_COMM_WORLD too: Intel MPI raises the
+    // error of MPI_Test on a request (a truncated receive) there, not on the
+    // request's communicator, and its default handler aborts the job.
+    CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   }
   TORCH_CHECK(
       provided >= MPI_THREAD_MULTIPLE,

@@ -13,7 +13,8 @@ MPI processes must be started by an MPI launcher, so the ranks are
 (multiprocessing.connection, with a random key) and then serves cases exactly
 like a spawned rank. MPI_ALL_MPIRUN overrides the launcher command
 (default: the mpirun beside this Python, as `pip install mpich` installs it,
-else the first on the PATH).
+else the first on the PATH); mpirun_command() adds the options the tests need
+for MPICH's, Intel MPI's and Open MPI's.
 """
 
 from __future__ import annotations
@@ -23,8 +24,6 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import secrets
-import shlex
-import shutil
 import signal
 import socket
 import subprocess
@@ -183,7 +182,8 @@ class Cluster:
         self.pids = [None] * self.world_size
         self.conns = [None] * self.world_size
         self.mpirun = subprocess.Popen(
-            [*mpirun_command(), "-n", str(self.world_size), sys.executable, "-m", "harness"],
+            [*mpirun_command(survive_exits=True), "-n", str(self.world_size)]
+            + [sys.executable, "-m", "harness"],
             env=child_env, stdin=subprocess.DEVNULL, stdout=self.output, stderr=subprocess.STDOUT,
             start_new_session=True,  # kill() takes mpirun's helpers too
         )  # fmt: skip
@@ -266,27 +266,31 @@ class Cluster:
         return [reply[1] for reply in replies]
 
 
-def mpirun_command() -> list[str]:
+def mpirun_command(survive_exits: bool = False) -> list[str]:
     """The MPI launcher and its options, for test clusters and launcher tests.
 
-    MPI_ALL_MPIRUN if set; else the mpirun beside this Python (`pip install
-    mpich` puts it there), else the first mpirun on the PATH.
+    mpi_all_collectives.mpirun_command() (MPI_ALL_MPIRUN if set; else the mpirun
+    beside this Python, as `pip install mpich` puts it there, else the first
+    mpirun on the PATH), plus what the failure tests need: a rank that dies
+    must not take the others with it, since they check that the others notice.
+    Open MPI's mpirun needs survive_exits for that, and then exits with 0
+    whatever the ranks' statuses, so the tests that read its status leave it off.
     """
-    if os.environ.get("MPI_ALL_MPIRUN"):
-        return shlex.split(os.environ["MPI_ALL_MPIRUN"])
-    beside = os.path.join(os.path.dirname(sys.executable), "mpirun")
-    mpirun = beside if os.path.isfile(beside) else shutil.which("mpirun")
-    if mpirun is None:
-        raise ClusterError("no mpirun found: pip install mpich, or set MPI_ALL_MPIRUN")
-    version = subprocess.run([mpirun, "--version"], capture_output=True, text=True, timeout=60).stdout
-    if "HYDRA" in version:  # MPICH, Intel MPI
-        # A rank that dies must not take the others with it: the failure tests
-        # check that they notice.
-        return [mpirun, "-disable-auto-cleanup"]
-    if "Open MPI" in version or "OpenRTE" in version:
-        root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
-        return [mpirun, "--oversubscribe", *root]  # more ranks than cores is fine here
-    return [mpirun]
+    import mpi_all_collectives
+
+    try:
+        command = mpi_all_collectives.mpirun_command()
+    except FileNotFoundError as e:
+        raise ClusterError(str(e)) from None
+    kind, major = mpi_all_collectives.mpi_launcher(command[0])
+    if kind == "hydra" and "-disable-auto-cleanup" not in command:  # MPICH, Intel MPI
+        command.append("-disable-auto-cleanup")
+    keep_going = "orte_abort_on_non_zero_status"
+    if survive_exits and kind == "openmpi" and 0 < major < 5 and keep_going not in command:
+        # Open MPI 4 (ORTE) ends the job when a rank exits with a non-zero
+        # status; a rank killed by a signal still does (faults.py).
+        command += ["--mca", keep_going, "0"]
+    return command
 
 
 def _init(rank: int, world_size: int, rendezvous: dict) -> None:

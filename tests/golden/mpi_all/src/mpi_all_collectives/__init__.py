@@ -20,8 +20,14 @@ this package initialised it.
 """
 
 import atexit
+import functools
 import os
+import re
+import shlex
+import shutil
 import socket
+import subprocess
+import sys
 
 import torch  # noqa: F401  (loads libtorch before the extension)
 import torch.distributed as dist
@@ -138,6 +144,48 @@ def init_process_group_from_mpi(**kwargs) -> None:
     """
     set_env_from_mpi()
     dist.init_process_group(BACKEND_NAME, **kwargs)
+
+
+def mpirun_command() -> list[str]:
+    """The MPI launcher that starts ranks on this machine, to be followed by ``-n N PROGRAM``.
+
+    ``MPI_ALL_MPIRUN`` if set (split as a shell would: ``"mpirun.openmpi --bind-to none"``);
+    else the ``mpirun`` beside this Python (``pip install mpich`` puts it there), else
+    the first one on the ``PATH``. Open MPI's mpirun refuses more ranks than cores
+    and, as root, refuses to start at all: it gets ``--oversubscribe`` and (as root)
+    ``--allow-run-as-root`` unless the command has them. Raises FileNotFoundError
+    when there is no mpirun.
+    """
+    setting = os.environ.get("MPI_ALL_MPIRUN", "")
+    command = shlex.split(setting)
+    if not command:
+        beside = os.path.join(os.path.dirname(sys.executable), "mpirun")
+        found = beside if os.path.isfile(beside) else shutil.which("mpirun")
+        if found is None:
+            raise FileNotFoundError("no mpirun found: pip install mpich, or set MPI_ALL_MPIRUN")
+        command = [found]
+    if mpi_launcher(command[0])[0] == "openmpi":
+        wanted = ["--oversubscribe", *(["--allow-run-as-root"] if os.geteuid() == 0 else [])]
+        command += [flag for flag in wanted if flag not in command]
+    return command
+
+
+@functools.cache
+def mpi_launcher(mpirun: str) -> tuple[str, int]:
+    """Which launcher ``mpirun`` is, from its ``--version``: ``(kind, major version)``, kind
+    being "hydra" (MPICH's and Intel MPI's), "openmpi" or "" (another one, or it does
+    not say); the version is 0 where it is not Open MPI's or cannot be read."""
+    try:
+        done = subprocess.run([mpirun, "--version"], capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return "", 0
+    version = done.stdout + done.stderr
+    if "HYDRA" in version or "Intel(R) MPI" in version:
+        return "hydra", 0
+    if "Open MPI" in version or "OpenRTE" in version:
+        major = re.search(r"\((?:Open MPI|OpenRTE)\) (\d+)\.", version)  # "mpirun (Open MPI) 4.1.4"
+        return "openmpi", int(major.group(1)) if major else 0
+    return "", 0
 
 
 def _free_port() -> int:

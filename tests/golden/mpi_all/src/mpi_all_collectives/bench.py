@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import platform
-import shutil
 import statistics
 import subprocess
 import sys
@@ -35,7 +34,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from . import BACKEND_NAME, DEVICES, OPS, set_env_from_mpi
+from . import BACKEND_NAME, DEVICES, OPS, mpirun_command, set_env_from_mpi
 
 LAUNCHER_ENV = [  # (rank, world size) variables of common launchers
     ("RANK", "WORLD_SIZE"),  # torchrun
@@ -613,11 +612,11 @@ def main(argv: list[str] | None = None) -> None:
         _rank_main(launched[0], world_size, args)
         return
     # MPI processes are started by MPI's launcher: run this module again under mpirun.
-    here = os.path.dirname(sys.executable)
-    mpirun = shutil.which("mpirun", path=here) or shutil.which("mpirun")
-    if mpirun is None:
-        sys.exit("no mpirun found: pip install mpich, or run this under your MPI's launcher")
-    command = [mpirun, "-n", str(world_size), sys.executable, "-m", "mpi_all_collectives.bench"]
+    try:
+        mpirun = mpirun_command()  # MPI_ALL_MPIRUN, else the mpirun beside Python or on the PATH
+    except FileNotFoundError as e:
+        sys.exit(f"{e}; or run this under your MPI's launcher")
+    command = [*mpirun, "-n", str(world_size), sys.executable, "-m", "mpi_all_collectives.bench"]
     command += sys.argv[1:] if argv is None else argv
     sys.exit(subprocess.run(command, check=False).returncode)
 
