@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import statistics
 
 from harness import Cluster
 
@@ -132,12 +133,13 @@ def test_bench_reports_what_a_plain_loop_measures():
     """The module's all_reduce time agrees with a plain ``dist.all_reduce`` loop's.
 
     Both run in the same two processes, alternated over 7 rounds, and both
-    take the slowest rank's time. Load from other processes only adds time, so
-    the fastest round of each is the least disturbed estimate of what a call
-    costs: they must agree within 3x either way. On this project's 2-core
-    machine, with 10-20 other processes running, the dummy's ratio reached
-    2.1x once in 9 runs (one call costs 50-120 us there), and mpi's 2.3x once
-    while two builds ran beside it; quiet, they stay within 0.89-1.28x.
+    take the slowest rank's time. Load from other processes hits both halves
+    of a round alike, so each round's ratio of module to loop is a fair
+    comparison, and the median of the 7 must lie within 3x either way. (The
+    fastest round of each was compared once: under load, one lucky quiet
+    moment for the module, 136 us against the loop's best of 1678 us, failed
+    it while every other round agreed within 1.7x.) Quiet, the ratios stay
+    within 0.89-1.28x.
 
     The module once issued all its calls asynchronously and waited at the
     end: an MPI library then ran them concurrently, on one buffer, and the
@@ -150,6 +152,5 @@ def test_bench_reports_what_a_plain_loop_measures():
     finally:
         cluster.close()
     assert result["overlapping"] == 0, f"{result['overlapping']} calls started before the previous one ended"
-    module = min(m for m, _ in result["rounds"])
-    loop = min(plain for _, plain in result["rounds"])
-    assert loop / 3 <= module <= loop * 3, f"module {module:.0f} us, plain loop {loop:.0f} us per call: {result}"
+    ratio = statistics.median(module / loop for module, loop in result["rounds"])
+    assert 1 / 3 <= ratio <= 3, f"module / plain loop per call: median {ratio:.2f} over the rounds {result}"
