@@ -298,12 +298,12 @@ class BackendDummy : public c10d::Backend {
   const dummy_collectives::Options options_;
   std::atomic<int64_t> timeoutMs_;  // the default op timeout (setTimeout)
   std::mutex streamsMutex_;
-  std::map<c10::DeviceIndex, c10::Stream> streams_;
+  std::map<c10::DeviceIndex, c10::Stream> streams_;  // the backend's CUDA stream per device
   // The last child split() made, and its store and name (see split()).
   std::mutex splitMutex_;
   const c10d::Store* lastSplitStore_ = nullptr;
   std::string lastSplitName_;
-  std::optional<c10::weak_intrusive_ptr<c10d::Backend>> lastSplit_;  // the backend's CUDA stream per device
+  std::optional<c10::weak_intrusive_ptr<c10d::Backend>> lastSplit_;
   // Ops are numbered and queued under issueMutex_, so that each queue runs
   // them in the order of their numbers, whichever threads issue them.
   std::mutex issueMutex_;
