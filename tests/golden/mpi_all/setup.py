@@ -102,10 +102,14 @@ def pkg_config(name: str, *args: str, path: str | None = None) -> list | None:
     return shlex.split(done.stdout) if done.returncode == 0 else None
 
 
-def link_names(wanted: Wanted, libdir: str | None = None) -> list:
-    """{VARIABLE}_LIBS, else what pkg-config (also in LIBDIR/pkgconfig) links, else the default."""
+def link_names(wanted: Wanted, libdir: str | None = None, pc: list | None = None) -> list:
+    """{VARIABLE}_LIBS, else what pkg-config (also in LIBDIR/pkgconfig) links, else the default.
+
+    ``pc``: pkg-config's words when the caller has them already.
+    """
     names = [n for n in os.environ.get(f"{wanted.variable}_LIBS", "").split(",") if n]
-    pc = pkg_config(wanted.name, "--libs-only-l", path=str(Path(libdir, "pkgconfig")) if libdir else None)
+    if not names and pc is None:
+        pc = pkg_config(wanted.name, "--libs-only-l", path=str(Path(libdir, "pkgconfig")) if libdir else None)
     return names or [w[2:] for w in pc or [] if w.startswith("-l")] or list(wanted.libraries)
 
 
@@ -139,12 +143,11 @@ def from_pkg_config(wanted: Wanted) -> Library | None:
     library_dirs = [w[2:] for w in libs if w.startswith("-L")]
     if not library_dirs:  # a system folder pkg-config leaves out: ask for it anyway, for the rpath
         library_dirs = pkg_config(wanted.name, "--variable=libdir") or []
-    names = [n for n in os.environ.get(f"{wanted.variable}_LIBS", "").split(",") if n]
     return Library(
         f"pkg-config {wanted.name}",
         [w[2:] for w in cflags if w.startswith("-I")],
         library_dirs,
-        names or [w[2:] for w in libs if w.startswith("-l")] or list(wanted.libraries),
+        link_names(wanted, pc=libs),
     )
 
 
