@@ -12,6 +12,10 @@ figures of its own runs, and the median of its per-run busbw ratios to gloo.
     python benchmarks/busbw.py --package ucx_all_collectives --package store_all_collectives \
         --package mpi_all_collectives:mpirun --world-sizes 2 --sizes 4,16M
 
+`--hogs N` keeps N busy-looping processes running throughout, as other
+programs on a shared machine would (the machine's load average then exceeds
+its cores): it shows how waits behave when a rank competes for its core.
+
 `PACKAGE:mpirun` launches that package's benchmark under mpirun (needed for
 `--impl mpi`); `--launcher mpirun` makes it the default. A size of 4 bytes (one
 float) reports latency: the time column matters there.
@@ -20,7 +24,9 @@ float) reports latency: the time column matters there.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -40,6 +46,18 @@ def run_bench(package: str, world: int, size: str, launcher: str, out: Path, ite
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed:\n{done.stdout}\n{done.stderr}")
     return json.loads(out.with_suffix(".json").read_text())
+
+
+@contextlib.contextmanager
+def hogs(count: int):
+    """``count`` processes that each keep a core busy until the block ends."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
 
 
 def summarise(world: int, size: int, samples: dict[str, list[dict]]) -> dict:
@@ -92,6 +110,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--launcher", choices=["spawn", "mpirun"], default="spawn")
+    parser.add_argument("--hogs", type=int, default=0, help="busy loops beside the runs")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
     packages = [(*p.split(":", 1),) if ":" in p else (p, args.launcher) for p in args.package]
@@ -100,7 +119,8 @@ def main() -> None:
             parser.error(f"unknown launcher {launcher!r} (spawn, mpirun)")
 
     results = []
-    with tempfile.TemporaryDirectory(prefix="busbw-") as scratch:
+    print(f"# load average before: {os.getloadavg()[0]:.1f}; hogs: {args.hogs}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="busbw-") as scratch, hogs(args.hogs):
         for world in [int(w) for w in args.world_sizes.split(",")]:
             for size in args.sizes.split(","):
                 samples: dict[str, dict[str, list[dict]]] = {p: {} for p, _ in packages}
@@ -114,6 +134,7 @@ def main() -> None:
                 rows = [summarise(world, nbytes, samples[p]) for p, _ in packages]
                 print_table(rows)
                 results.extend(rows)
+    print(f"\n# load average after: {os.getloadavg()[0]:.1f}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
 

@@ -98,7 +98,7 @@ def rank_main(args: argparse.Namespace) -> None:
             for _ in range(3):
                 allreduce(kind, tensor)
         for round_ in range(args.rounds):
-            order = KINDS[round_ % len(KINDS):] + KINDS[: round_ % len(KINDS)]
+            order = KINDS[round_ % len(KINDS) :] + KINDS[: round_ % len(KINDS)]
             for kind in order:
                 comm.Barrier()
                 start = time.perf_counter()

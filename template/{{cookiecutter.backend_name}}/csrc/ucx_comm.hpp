@@ -16,7 +16,8 @@
 //
 // Progress: UCX moves data only while some thread calls ucp_worker_progress().
 // Op bodies do it themselves while they wait (UcxMessages::wait()), giving up
-// when their op expires. A small helper thread progresses the sends nobody
+// when their op expires; while nothing moves they sleep on the worker's event
+// file descriptor, which UCX makes readable when a message comes. A small helper thread progresses the sends nobody
 // waits for (point-to-point sends return as soon as they are posted) and the
 // messages of ops that failed, until UCX is done with them.
 //
@@ -29,6 +30,7 @@
 #include <ucp/api/ucp.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -122,6 +124,10 @@ class UcxComm {
   // Moves data. Returns whether anything happened.
   bool progress();
 
+  // Sleeps until UCX has an event for the worker (a message came, a send
+  // completed), or `limit` passes. Progress after it returns.
+  void sleepUntilEvent(std::chrono::milliseconds limit);
+
   // Whether `r` is complete (with `status`: UCS_OK, or what went wrong). A
   // completed receive has its senderTag and length set.
   bool done(UcxRequest& r, ucs_status_t& status);
@@ -141,6 +147,7 @@ class UcxComm {
   int size_;
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
+  int eventFd_ = -1;  // the worker's: readable after ucp_worker_arm() once an event comes
   std::vector<ucp_ep_h> endpoints_;  // one per rank of the group, this one included
 
   std::atomic<bool> aborted_{false};

@@ -33,10 +33,11 @@ constexpr auto kReportGrace = std::chrono::milliseconds(500);
 constexpr auto kStopGrace = std::chrono::milliseconds(5000);
 // An op a body completes later (OpContext::completeLater: MPI's requests, the
 // store's receive from any source) moves on only while it is polled, so the
-// worker polls the ops in flight without pause for as long as they are likely to take: twice what
-// the ops in flight took lately, within these bounds. After that it sleeps
-// between polls, from kFirstPollPause doubling up to kMaxPollPause, until an
-// op completes or another is queued (push() wakes it).
+// worker polls the ops in flight, yielding between polls, for as long as they
+// are likely to take: twice what the ops in flight took lately, within these
+// bounds. After that it sleeps between polls, from kFirstPollPause doubling up
+// to kMaxPollPause, until an op completes or another is queued (push() wakes
+// it).
 constexpr auto kMinPollSpin = std::chrono::microseconds(200);
 constexpr auto kMaxPollSpin = std::chrono::milliseconds(100);
 constexpr auto kFirstPollPause = std::chrono::microseconds(50);
@@ -50,10 +51,35 @@ inline void cpuRelax() {
 #endif
 }
 
-// Spins until `done()` or `budget` has passed; returns done(). After a few
-// polls it yields the core between polls: when the thread it waits for shares
-// this core (a busy machine, more ranks than cores), that thread then runs at
-// once instead of after the spin.
+// Spinning pays only while the core has nothing else to run. A spinning
+// thread yields between polls, so that on a machine with more ranks than
+// cores the peer it waits for runs at once. But on a core that other
+// programs keep busy, one yield waits out every other runnable thread's time
+// slice (milliseconds, under Linux's EEVDF scheduler). So when a yield takes
+// longer than kSlowYield, every wait of this process sleeps at once instead
+// of spinning, for kNoSpinFor, then tries spinning again.
+constexpr auto kSlowYield = std::chrono::microseconds(500);
+constexpr auto kNoSpinFor = std::chrono::seconds(1);
+std::atomic<Clock::rep> noSpinUntil{0};
+
+bool spinningPays() {
+  return Clock::now().time_since_epoch().count() >= noSpinUntil.load(std::memory_order_relaxed);
+}
+
+// Yields the core; false if that took so long that waits should sleep instead.
+bool yieldQuickly() {
+  const auto before = Clock::now();
+  std::this_thread::yield();
+  const auto after = Clock::now();
+  if (after - before < kSlowYield) {
+    return true;
+  }
+  noSpinUntil.store((after + kNoSpinFor).time_since_epoch().count(), std::memory_order_relaxed);
+  return false;
+}
+
+// Spins until `done()` or `budget` has passed, yielding between polls after
+// the first few; returns done().
 template <typename Done>
 bool spinUntil(Done done, Clock::duration budget) {
   const auto until = Clock::now() + budget;
@@ -65,10 +91,9 @@ bool spinUntil(Done done, Clock::duration budget) {
       cpuRelax();
       continue;
     }
-    if ((polls & 7) == 0 && Clock::now() > until) {
+    if (((polls & 7) == 0 && Clock::now() > until) || !spinningPays() || !yieldQuickly()) {
       return done();
     }
-    std::this_thread::yield();
   }
 }
 
@@ -778,7 +803,9 @@ void WorkQueue::State::progress() {
     if (polls < 16) {
       cpuRelax();
     } else if (spinning) {
-      std::this_thread::yield();  // lets a thread of this core's other ranks run
+      // Slow yields do not stop it, as they stop spinUntil(): nothing but
+      // polling completes these ops, so sleeping would only delay them.
+      std::this_thread::yield();
     } else {
       pause(nextPause);
       nextPause = std::min<Clock::duration>(2 * nextPause, kMaxPollPause);

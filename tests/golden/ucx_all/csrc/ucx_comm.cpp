@@ -1,5 +1,7 @@
 #include "ucx_comm.hpp"
 
+#include <poll.h>
+
 #include <algorithm>
 #include <chrono>
 #include <sstream>
@@ -9,6 +11,14 @@
 namespace ucx_all_collectives {
 
 namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// How long a wait goes on progressing UCX after data last moved before it
+// sleeps, and the longest it sleeps before it looks again (another thread,
+// posting a send, may have progressed the worker and consumed the event).
+constexpr auto kIdleSpin = std::chrono::microseconds(50);
+constexpr auto kMaxSleep = std::chrono::milliseconds(1);
 
 // Throws with UCX's own words for `status`.
 void checkUcx(ucs_status_t status, const char* what) {
@@ -43,13 +53,14 @@ UcxComm::UcxComm(Bootstrap& store, int rank, int size)
   TORCH_CHECK(size <= static_cast<int>(ucx_tag::kSourceMask) + 1,
       "UCX tags have room for ", ucx_tag::kSourceMask + 1, " ranks, not ", size);
 
-  // The context: which UCX features we use (tagged messages). Transports and
+  // The context: which UCX features we use (tagged messages, and an event
+  // file descriptor to sleep on while nothing moves). Transports and
   // tuning come from UCX_* environment variables (UCX_TLS, ...), read here.
   ucp_config_t* config = nullptr;
   checkUcx(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
-  params.features = UCP_FEATURE_TAG;
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
   params.mt_workers_shared = 0;
   const ucs_status_t initialized = ucp_init(&params, config, &context_);
   ucp_config_release(config);
@@ -66,6 +77,8 @@ UcxComm::UcxComm(Bootstrap& store, int rank, int size)
   }
 
   try {
+    checkUcx(ucp_worker_get_efd(worker_, &eventFd_), "ucp_worker_get_efd");
+
     // Publish this worker's address, read everyone's, and connect.
     ucp_address_t* address = nullptr;
     size_t addressLength = 0;
@@ -153,6 +166,17 @@ UcxRequest UcxComm::recv(at::Tensor& tensor, int src, uint64_t tag, uint64_t mas
 bool UcxComm::progress() {
   std::lock_guard<std::mutex> lock(mutex_);
   return ucp_worker_progress(worker_) != 0;
+}
+
+void UcxComm::sleepUntilEvent(std::chrono::milliseconds limit) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (ucp_worker_arm(worker_) != UCS_OK) {
+      return;  // UCS_ERR_BUSY: something came since the last progress
+    }
+  }
+  pollfd event{eventFd_, POLLIN, 0};
+  ::poll(&event, 1, static_cast<int>(limit.count()));
 }
 
 bool UcxComm::done(UcxRequest& r, ucs_status_t& status) {
@@ -263,22 +287,19 @@ void UcxMessages::checkReceived(const UcxRequest& r, ucs_status_t status) const 
 }
 
 int UcxMessages::wait() {
-  // Spin on the worker while data moves. Once nothing has happened for a
-  // while, yield the core between rounds (ranks often share cores), and
-  // after longer, sleep between them, from 20 us doubling up to 1 ms: a rank
-  // waiting for a late peer then uses little CPU.
-  int idleRounds = 0;
-  auto pause = std::chrono::microseconds(20);
+  // Progress while data moves, and for kIdleSpin after, which catches a peer
+  // that is nearly there. Then sleep until UCX has an event, as gloo's threads
+  // sleep on their sockets: a rank whose peer is late, or shares its core,
+  // gives the core away and wakes when a message comes. (sched_yield() is no
+  // substitute: on a busy core it waits out every other thread's time slice.)
+  auto lastMoved = Clock::now();
   bool moved = false;
   while (!test(&moved)) {
-    idleRounds = moved ? 0 : idleRounds + 1;
-    if (idleRounds == 0) {
-      pause = std::chrono::microseconds(20);
-    } else if (idleRounds > 2000) {
-      std::this_thread::sleep_for(pause);
-      pause = std::min(2 * pause, std::chrono::microseconds(1000));
-    } else if (idleRounds > 100) {
-      std::this_thread::yield();
+    const auto now = Clock::now();
+    if (moved) {
+      lastMoved = now;
+    } else if (now - lastMoved > kIdleSpin) {
+      comm_.sleepUntilEvent(kMaxSleep);
     }
   }
   return lastSource_;

@@ -15,7 +15,8 @@
 //
 // Progress: UCX moves data only while some thread calls ucp_worker_progress().
 // Op bodies do it themselves while they wait (UcxMessages::wait()), giving up
-// when their op expires. A small helper thread progresses the sends nobody
+// when their op expires; while nothing moves they sleep on the worker's event
+// file descriptor, which UCX makes readable when a message comes. A small helper thread progresses the sends nobody
 // waits for (point-to-point sends return as soon as they are posted) and the
 // messages of ops that failed, until UCX is done with them.
 //
@@ -28,6 +29,7 @@
 #include <ucp/api/ucp.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -121,6 +123,10 @@ class UcxComm {
   // Moves data. Returns whether anything happened.
   bool progress();
 
+  // Sleeps until UCX has an event for the worker (a message came, a send
+  // completed), or `limit` passes. Progress after it returns.
+  void sleepUntilEvent(std::chrono::milliseconds limit);
+
   // Whether `r` is complete (with `status`: UCS_OK, or what went wrong). A
   // completed receive has its senderTag and length set.
   bool done(UcxRequest& r, ucs_status_t& status);
@@ -140,6 +146,7 @@ class UcxComm {
   int size_;
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
+  int eventFd_ = -1;  // the worker's: readable after ucp_worker_arm() once an event comes
   std::vector<ucp_ep_h> endpoints_;  // one per rank of the group, this one included
 
   std::atomic<bool> aborted_{false};
