@@ -16,10 +16,11 @@
 //
 // Progress: UCX moves data only while some thread calls ucp_worker_progress().
 // Op bodies do it themselves while they wait (UcxMessages::wait()), giving up
-// when their op expires; while nothing moves they sleep on the worker's event
-// file descriptor, which UCX makes readable when a message comes. A small helper thread progresses the sends nobody
-// waits for (point-to-point sends return as soon as they are posted) and the
-// messages of ops that failed, until UCX is done with them.
+// when their op expires; while nothing moves they sleep on the worker's
+// event file descriptor, which UCX makes readable when a message comes. A
+// small helper thread progresses the sends nobody waits for (point-to-point
+// sends return as soon as they are posted) and the messages of ops that
+// failed, until UCX is done with them.
 //
 // Threads: the worker thread (collectives), the receive thread and the
 // callers' threads (sends) all use the same UCX worker, so every UCX call is
@@ -125,8 +126,10 @@ class UcxComm {
   bool progress();
 
   // Sleeps until UCX has an event for the worker (a message came, a send
-  // completed), or `limit` passes. Progress after it returns.
-  void sleepUntilEvent(std::chrono::milliseconds limit);
+  // completed) or a short while passes, unless `awaited` is complete already;
+  // progress after it returns. Returns false at once when the worker cannot
+  // be armed: UCX has work to do that no event will announce.
+  bool sleepUntilEvent(const UcxRequest& awaited);
 
   // Whether `r` is complete (with `status`: UCS_OK, or what went wrong). A
   // completed receive has its senderTag and length set.

@@ -15,10 +15,14 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // How long a wait goes on progressing UCX after data last moved before it
-// sleeps, and the longest it sleeps before it looks again (another thread,
-// posting a send, may have progressed the worker and consumed the event).
+// sleeps on the worker's event file descriptor, and the longest it sleeps
+// there before it looks again: another thread that arms the worker drains the
+// descriptor, and may take the event this one slept for.
 constexpr auto kIdleSpin = std::chrono::microseconds(50);
-constexpr auto kMaxSleep = std::chrono::milliseconds(1);
+constexpr auto kMaxSleep = std::chrono::microseconds(250);
+// How long a wait sleeps when the worker cannot be armed (UCX has work that
+// no event will announce, such as a send queued for a peer slow to take it).
+constexpr auto kBusyPause = std::chrono::microseconds(50);
 
 // Throws with UCX's own words for `status`.
 void checkUcx(ucs_status_t status, const char* what) {
@@ -168,15 +172,23 @@ bool UcxComm::progress() {
   return ucp_worker_progress(worker_) != 0;
 }
 
-void UcxComm::sleepUntilEvent(std::chrono::milliseconds limit) {
+bool UcxComm::sleepUntilEvent(const UcxRequest& awaited) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (ucp_worker_arm(worker_) != UCS_OK) {
-      return;  // UCS_ERR_BUSY: something came since the last progress
+    const ucs_status_t armed = ucp_worker_arm(worker_);
+    if (armed == UCS_ERR_BUSY) {
+      return false;
+    }
+    checkUcx(armed, "ucp_worker_arm");
+    if (awaited.request != nullptr && ucp_request_check_status(awaited.request) != UCS_INPROGRESS) {
+      return true;  // another thread's progress completed it
     }
   }
   pollfd event{eventFd_, POLLIN, 0};
-  ::poll(&event, 1, static_cast<int>(limit.count()));
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(kMaxSleep).count();
+  const timespec timeout{0, static_cast<long>(ns)};
+  ::ppoll(&event, 1, &timeout, nullptr);
+  return true;
 }
 
 bool UcxComm::done(UcxRequest& r, ucs_status_t& status) {
@@ -298,8 +310,8 @@ int UcxMessages::wait() {
     const auto now = Clock::now();
     if (moved) {
       lastMoved = now;
-    } else if (now - lastMoved > kIdleSpin) {
-      comm_.sleepUntilEvent(kMaxSleep);
+    } else if (now - lastMoved > kIdleSpin && !comm_.sleepUntilEvent(pending_[finished_])) {
+      std::this_thread::sleep_for(kBusyPause);
     }
   }
   return lastSource_;
