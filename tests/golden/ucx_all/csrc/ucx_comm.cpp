@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <sstream>
 #include <thread>
 #include <utility>
@@ -15,11 +16,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // How long a wait goes on progressing UCX after data last moved before it
-// sleeps on the worker's event file descriptor, and the longest it sleeps
-// there before it looks again: another thread that arms the worker drains the
-// descriptor, and may take the event this one slept for.
+// sleeps on the worker's event file descriptor, and how long it sleeps there
+// at most before it looks again: from kFirstSleep, doubling up to kMaxSleep
+// while nothing moves. (Another thread that arms the worker drains the
+// descriptor, and may take the event this one slept for.)
 constexpr auto kIdleSpin = std::chrono::microseconds(50);
-constexpr auto kMaxSleep = std::chrono::microseconds(250);
+constexpr auto kFirstSleep = std::chrono::microseconds(250);
+constexpr auto kMaxSleep = std::chrono::microseconds(2000);
 // How long a wait sleeps when the worker cannot be armed (UCX has work that
 // no event will announce, such as a send queued for a peer slow to take it).
 constexpr auto kBusyPause = std::chrono::microseconds(50);
@@ -172,7 +175,7 @@ bool UcxComm::progress() {
   return ucp_worker_progress(worker_) != 0;
 }
 
-bool UcxComm::sleepUntilEvent(const UcxRequest& awaited) {
+bool UcxComm::sleepUntilEvent(const UcxRequest& awaited, std::chrono::microseconds limit) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     const ucs_status_t armed = ucp_worker_arm(worker_);
@@ -185,8 +188,9 @@ bool UcxComm::sleepUntilEvent(const UcxRequest& awaited) {
     }
   }
   pollfd event{eventFd_, POLLIN, 0};
-  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(kMaxSleep).count();
-  const timespec timeout{0, static_cast<long>(ns)};
+  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(limit);
+  const timespec timeout{static_cast<time_t>(seconds.count()),
+      static_cast<long>(std::chrono::nanoseconds(limit - seconds).count())};
   ::ppoll(&event, 1, &timeout, nullptr);
   return true;
 }
@@ -305,13 +309,18 @@ int UcxMessages::wait() {
   // gives the core away and wakes when a message comes. (sched_yield() is no
   // substitute: on a busy core it waits out every other thread's time slice.)
   auto lastMoved = Clock::now();
+  auto sleep = kFirstSleep;
   bool moved = false;
   while (!test(&moved)) {
     const auto now = Clock::now();
     if (moved) {
       lastMoved = now;
-    } else if (now - lastMoved > kIdleSpin && !comm_.sleepUntilEvent(pending_[finished_])) {
-      std::this_thread::sleep_for(kBusyPause);
+      sleep = kFirstSleep;
+    } else if (now - lastMoved > kIdleSpin) {
+      if (!comm_.sleepUntilEvent(pending_[finished_], sleep)) {
+        std::this_thread::sleep_for(kBusyPause);
+      }
+      sleep = std::min(2 * sleep, kMaxSleep);
     }
   }
   return lastSource_;

@@ -125,10 +125,10 @@ class UcxComm {
   bool progress();
 
   // Sleeps until UCX has an event for the worker (a message came, a send
-  // completed) or a short while passes, unless `awaited` is complete already;
+  // completed) or `limit` passes, unless `awaited` is complete already;
   // progress after it returns. Returns false at once when the worker cannot
   // be armed: UCX has work to do that no event will announce.
-  bool sleepUntilEvent(const UcxRequest& awaited);
+  bool sleepUntilEvent(const UcxRequest& awaited, std::chrono::microseconds limit);
 
   // Whether `r` is complete (with `status`: UCS_OK, or what went wrong). A
   // completed receive has its senderTag and length set.
