@@ -43,9 +43,8 @@ void waitBriefly(ucp_worker_h worker, void* request, std::chrono::milliseconds l
   if (request == nullptr || UCS_PTR_IS_ERR(request)) {
     return;
   }
-  const auto giveUp = std::chrono::steady_clock::now() + limit;
-  while (ucp_request_check_status(request) == UCS_INPROGRESS &&
-         std::chrono::steady_clock::now() < giveUp) {
+  const auto giveUp = Clock::now() + limit;
+  while (ucp_request_check_status(request) == UCS_INPROGRESS && Clock::now() < giveUp) {
     ucp_worker_progress(worker);
   }
   ucp_request_free(request);
