@@ -43,6 +43,17 @@ constexpr auto kMinPollSpin = std::chrono::microseconds(200);
 constexpr auto kMaxPollSpin = std::chrono::milliseconds(100);
 constexpr auto kFirstPollPause = std::chrono::microseconds(50);
 constexpr auto kMaxPollPause = std::chrono::microseconds(1000);
+// While callers wait for every op in flight (and poll them themselves), the
+// worker polls too, but from kFirstPollPause doubling up to this: each of its
+// wake-ups would take a core from a rank that spins on it.
+constexpr auto kMaxAsidePause = std::chrono::milliseconds(10);
+// An op started on the caller's thread is pushed to the worker without waking
+// it: its caller usually completes it itself (Work::wait). So while such ops
+// keep coming, the idle worker dozes, looking at its queue every kDozeTick
+// (an op nobody waits for is polled after that long at most), and only after
+// kDozeFor without a push sleeps until push() wakes it.
+constexpr auto kDozeTick = std::chrono::microseconds(1000);
+constexpr auto kDozeFor = std::chrono::milliseconds(100);
 
 inline void cpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -616,7 +627,10 @@ struct WorkQueue::State {
   std::atomic<size_t> queued{0};  // queue.size(), readable without the lock
   bool stopping = false;
   bool running = false;  // the thread is in loop()
-  bool sleeping = false;
+  bool sleeping = false;  // until push() wakes it
+  bool dozing = false;    // for kDozeTick
+  Clock::time_point pushedAt;
+  bool spinForNext = false;  // the worker ran the last op's body: ops come through the queue
   Clock::time_point sleptAt;
   std::atomic<int64_t> spinNs{50'000};  // how long the worker spins for work
   std::thread thread;
@@ -655,7 +669,11 @@ void WorkQueue::push(const c10::intrusive_ptr<{{ p.work_class }}>& work) {
       if (work->isCollective()) {
         s.lastCollective.emplace(work);
       }
-      const bool wake = s.sleeping || s.pausing;
+      s.pushedAt = Clock::now();
+      // An op in flight already needs polling, not starting: unless the
+      // worker sleeps for good, it sees the op soon enough, and its caller
+      // polls it meanwhile.
+      const bool wake = s.sleeping || (!work->ran() && (s.pausing || s.dozing));
       if (s.sleeping) {
         s.adaptSpin(Clock::now() - s.sleptAt);
       }
@@ -759,7 +777,9 @@ void WorkQueue::State::loop() {
     pollInFlight();
     if (queued.load(std::memory_order_acquire) == 0 || !mayStartNext()) {
       if (inFlight.empty()) {
-        spinForWork();
+        if (spinForNext) {
+          spinForWork();
+        }
       } else {
         progress();
       }
@@ -768,8 +788,15 @@ void WorkQueue::State::loop() {
     {
       std::unique_lock<std::mutex> lock(mutex);
       while (queue.empty() && !stopping && inFlight.empty()) {
+        const auto now = Clock::now();
+        if (now - pushedAt < kDozeFor) {
+          dozing = true;
+          wake.wait_for(lock, kDozeTick);
+          dozing = false;
+          continue;
+        }
         sleeping = true;
-        sleptAt = Clock::now();
+        sleptAt = now;
         wake.wait(lock);
         sleeping = false;
       }
@@ -784,7 +811,8 @@ void WorkQueue::State::loop() {
       work = std::move(queue.front());
       queue.pop_front();
       queued.fetch_sub(1, std::memory_order_release);
-      if (!work->ran()) {
+      spinForNext = !work->ran();
+      if (spinForNext) {
         --toRun;
         busy.store(true);
       }
@@ -813,6 +841,7 @@ void WorkQueue::State::progress() {
   const auto start = Clock::now();
   const auto spinUntil = start + std::clamp<Clock::duration>(2 * lately, kMinPollSpin, kMaxPollSpin);
   Clock::duration nextPause = kFirstPollPause;
+  Clock::duration asidePause = kFirstPollPause;
   bool spinning = true;
   const auto waiting = [this] {
     return !inFlight.empty() && (queued.load(std::memory_order_acquire) == 0 || !mayStartNext());
@@ -825,8 +854,8 @@ void WorkQueue::State::progress() {
     // worker steps aside, polling now and then, and takes over if they leave.
     const bool aside = std::all_of(inFlight.begin(), inFlight.end(), [](const auto& work) { return work->awaited(); });
     if (aside) {
-      pause(nextPause);
-      nextPause = std::min<Clock::duration>(2 * nextPause, kMaxPollPause);
+      pause(asidePause);
+      asidePause = std::min<Clock::duration>(2 * asidePause, kMaxAsidePause);
     } else if (polls < 16) {
       cpuRelax();
     } else if (spinning) {
@@ -902,8 +931,8 @@ std::exception_ptr {{ p.work_class }}::refusal() const {
   if (group_->aborted.load()) {
     return backendError(describe() + ": cancelled, the process group was destroyed before it ran");
   }
-  if (std::exception_ptr unusable = health_->refuse(describe())) {
-    return unusable;
+  if (health_->failed()) {
+    return health_->refuse(describe());
   }
   if (Clock::now() > deadline_) {
     return backendError(

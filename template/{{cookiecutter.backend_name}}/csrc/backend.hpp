@@ -52,6 +52,10 @@ class Health {
   // Null while the group is usable; after a failure, the error that refuses
   // the op `who` ("Backend NAME (rank R): OP #SEQ").
   std::exception_ptr refuse(const std::string& who) const;
+  // Whether a failure was recorded.
+  bool failed() const {
+    return failed_.load(std::memory_order_acquire);
+  }
 
  private:
   std::atomic<bool> failed_{false};
