@@ -48,6 +48,14 @@ struct Communicator {
   std::shared_ptr<StoreExchange> exchange;
 };
 
+// Whether every op body only starts its communication and returns, leaving
+// the rest to OpContext::completeLater (as the MPI implementation does). Then
+// an op whose worker thread is idle runs its body on the caller's thread
+// instead, without a hand-off to the worker and back. Leave it false while a
+// body may wait for peers: on the caller's thread, it would make an async op
+// block.
+constexpr bool kBodiesOnlyStart = false;
+
 // The element types and reductions this backend handles. They are checked on
 // the caller's thread before an op is queued, so a bad call fails at once.
 bool supportsDtype(c10::ScalarType dtype);
