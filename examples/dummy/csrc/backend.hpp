@@ -125,6 +125,9 @@ class WorkQueue {
   // right away on the worker too. The caller holds the backend's issue lock
   // until it has pushed the op (in flight) or found it complete.
   bool idle() const;
+  // Registers `work`, issued to this queue (or, for a send, polled by it):
+  // it counts among the unfinished collectives until it completes.
+  void issue(WorkDummy& work);
 
   // Fails the work that has not started and waits up to `grace` for the
   // running op to return (it sees the group aborted). A thread still busy
@@ -220,6 +223,7 @@ class WorkDummy : public c10d::Work {
 
  private:
   friend class BackendDummy;
+  friend class WorkQueue;
 
   // Waits until the op is done or `until` passed; returns done(). While the
   // op is in flight this thread polls it itself (tryPoll), without pause for
@@ -249,6 +253,8 @@ class WorkDummy : public c10d::Work {
   std::atomic<bool> polling_{false};   // a thread is in tryPoll() (calls later_)
   std::atomic<int> waiters_{0};        // callers in wait()
   std::chrono::steady_clock::time_point started_;  // when run() began
+  std::shared_ptr<WorkQueue::State> queue_;  // the queue it was issued to (WorkQueue::issue)
+  bool countedCollective_ = false;           // in queue_->unfinishedCollectives
   std::atomic<bool> finishing_{false};
   std::atomic<bool> done_{false};
   std::exception_ptr error_;  // written before done_ is set

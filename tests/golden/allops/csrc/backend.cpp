@@ -616,6 +616,8 @@ struct WorkQueue::State {
   void pause(Clock::duration pause);
   // Polls each op in flight once; forgets those that completed.
   void pollInFlight();
+  // Wakes the worker from pause() or a doze (a caller stopped polling an op).
+  void wakeWorker();
 
   std::mutex mutex;
   std::condition_variable wake;    // for the worker: work was queued, or stop
@@ -635,10 +637,12 @@ struct WorkQueue::State {
   // only the worker thread touches it.
   std::vector<c10::intrusive_ptr<WorkAllops>> inFlight;
   bool pausing = false;  // in pause(): push() wakes the worker
+  bool nudged = false;   // wakeWorker() ends the pause
   size_t toRun = 0;      // queued ops whose bodies have not run
   std::atomic<bool> busy{false};  // the worker is running an op's body
-  // The collective queued last: while it is in flight no op starts (idle()).
-  std::optional<c10::weak_intrusive_ptr<WorkAllops>> lastCollective;
+  // Collectives issued to this queue that have not completed: while one is
+  // queued or in flight, no op starts on the caller's thread (idle()).
+  std::atomic<int> unfinishedCollectives{0};
   Clock::duration lately = kMinPollSpin;  // how long ops in flight took lately (worker only)
 };
 
@@ -662,9 +666,6 @@ void WorkQueue::push(const c10::intrusive_ptr<WorkAllops>& work) {
       s.queued.fetch_add(1, std::memory_order_release);
       if (!work->ran()) {
         ++s.toRun;
-      }
-      if (work->isCollective()) {
-        s.lastCollective.emplace(work);
       }
       s.pushedAt = Clock::now();
       // An op in flight already needs polling, not starting: unless the
@@ -692,14 +693,23 @@ void WorkQueue::push(const c10::intrusive_ptr<WorkAllops>& work) {
 bool WorkQueue::idle() const {
   State& s = *state_;
   std::lock_guard<std::mutex> lock(s.mutex);
-  if (s.stopping || s.toRun > 0 || s.busy.load()) {
-    return false;
+  return !s.stopping && s.toRun == 0 && !s.busy.load() && s.unfinishedCollectives.load() == 0;
+}
+
+void WorkQueue::issue(WorkAllops& work) {
+  work.queue_ = state_;
+  if (work.isCollective()) {
+    work.countedCollective_ = true;
+    state_->unfinishedCollectives.fetch_add(1);
   }
-  if (s.lastCollective) {
-    const c10::intrusive_ptr<WorkAllops> last = s.lastCollective->lock();
-    return !last || last->done();
+}
+
+void WorkQueue::State::wakeWorker() {
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    nudged = true;
   }
-  return true;
+  wake.notify_one();
 }
 
 bool WorkQueue::stop(std::chrono::milliseconds grace) {
@@ -869,14 +879,18 @@ void WorkQueue::State::progress() {
 }
 
 bool WorkQueue::State::mayStartNext() const {
-  return std::none_of(inFlight.begin(), inFlight.end(), [](const auto& work) { return work->isCollective(); });
+  // An op completed by its caller (tryPoll) is no longer in flight, though
+  // the worker has not forgotten it yet.
+  return std::none_of(
+      inFlight.begin(), inFlight.end(), [](const auto& work) { return work->isCollective() && work->inFlight(); });
 }
 
 void WorkQueue::State::pause(Clock::duration pause) {
   std::unique_lock<std::mutex> lock(mutex);
   pausing = true;
-  wake.wait_for(lock, pause, [this] { return (!queue.empty() && mayStartNext()) || stopping; });
+  wake.wait_for(lock, pause, [this] { return (!queue.empty() && mayStartNext()) || stopping || nudged; });
   pausing = false;
+  nudged = false;
 }
 
 // ---------------------------------------------------------------------------
@@ -1058,6 +1072,9 @@ void WorkAllops::finish(std::exception_ptr error) {
     error_ = error;
     completed_ = true;
     done_.store(true, std::memory_order_release);
+    if (countedCollective_) {
+      queue_->unfinishedCollectives.fetch_sub(1);
+    }
     if (recordFunctionEndCallback_) {
       recordFunctionEndCallback_();  // the op's end in torch.profiler
       recordFunctionEndCallback_ = nullptr;
@@ -1136,6 +1153,9 @@ bool WorkAllops::await(Clock::time_point until) {
     }
   }
   waiters_.fetch_sub(1);
+  if (driving && !done() && queue_) {
+    queue_->wakeWorker();  // it stepped aside while this thread polled the op
+  }
   if (driving && done()) {
     const int64_t took = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - started_).count();
     library_->inFlightNs.store(
@@ -1381,11 +1401,13 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::enqueue(
     if (work->isCollective()) {
       work->collective_ = collectives_++;
     }
+    const bool runsNow = queue != nullptr && kBodiesOnlyStart && !work->cuda_ && queue->idle();
+    (queue != nullptr ? queue : &queue_)->issue(*work);
     if (queue != nullptr) {
       // A body that only starts the op runs here when the worker would run it
       // right away: no hand-off to the worker, which only polls the op in
       // flight (and not even that while the caller waits for it).
-      if (!kBodiesOnlyStart || work->cuda_ || !queue->idle()) {
+      if (!runsNow) {
         queue->push(work);
         return work;
       }
