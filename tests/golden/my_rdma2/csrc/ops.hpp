@@ -58,7 +58,8 @@ constexpr bool kBodiesOnlyStart = false;
 bool supportsDtype(c10::ScalarType dtype);
 bool supportsReduction(Reduction op, c10::ScalarType dtype);
 
-// The collectives. Each runs on the backend's worker thread, one at a time, in
+// The collectives. Each runs on the backend's worker thread (or, with
+// kBodiesOnlyStart, on the caller's when the worker is idle), one at a time, in
 // the order they were called, after the plumbing checked its arguments: ranks
 // are ranks of the group and in range, and tensor counts, dtypes and sizes
 // match what the op needs on this rank. Throw (TORCH_CHECK) to fail the op;

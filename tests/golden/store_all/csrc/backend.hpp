@@ -104,6 +104,14 @@ Options optionsFromEnvironment();
 // other op, so that a receive waiting for its sender never holds up the ops
 // queued after it.
 //
+// Ops in flight (OpContext::completeLater) are polled by the worker, and by
+// a caller waiting for one in wait(): then the worker steps aside. Where op
+// bodies only start their ops (kBodiesOnlyStart, the MPI implementation), an
+// op the worker would start at once starts on the caller's thread instead,
+// and is pushed in flight without waking the worker, which dozes while such
+// ops come: a caller that waits for its op does all the work itself, as a
+// blocking MPI call would.
+//
 // The thread owns the queue's state (a shared_ptr), not the WorkQueue: when
 // the last reference to the backend is dropped from inside an op's callback,
 // the WorkQueue is destroyed on its own thread, which then leaves the loop
@@ -165,7 +173,8 @@ class WorkStoreAll : public c10d::Work {
   std::exception_ptr exception() const override;
   int sourceRank() const override;
   std::vector<at::Tensor> result() override;
-  // Blocks until the op is done. A timeout of zero means the op's own timeout
+  // Blocks until the op is done; while it is in flight, this thread polls it
+  // (tryPoll). A timeout of zero means the op's own timeout
   // (the process group's unless the call gave one); when it passes, the op
   // fails and this raises a RuntimeError naming the backend, op, rank and
   // timeout. A shorter timeout given here only raises.
