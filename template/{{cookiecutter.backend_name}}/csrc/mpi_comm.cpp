@@ -17,6 +17,7 @@
 #include <shared_mutex>
 #include <thread>
 
+#include <pthread.h>
 #include <unistd.h>
 
 #ifdef WITH_CUDA
@@ -78,6 +79,7 @@ struct Runtime {
   MPI_Op halfOps[2][4] = {};    // [float16, bfloat16][sum, product, min, max]
   bool cudaAware = false;       // MPI reads and writes CUDA memory itself
   pid_t pid = 0;                // the process that initialised MPI (not a fork of it)
+  std::atomic<bool> forked{false};  // this is a child forked after that (pthread_atfork)
 };
 
 Runtime& runtime() {
@@ -198,13 +200,15 @@ void ensureInitialized() {
   createHalfOps<c10::BFloat16>(rt.halfOps[1]);
   rt.cudaAware = queryCudaAware();
   rt.pid = getpid();
+  // Known without a getpid() call per MPI call: set in the child of a fork.
+  pthread_atfork(nullptr, nullptr, [] { runtime().forked.store(true); });
   rt.initialized = true;
 }
 
 // Whether this process is a child forked (os.fork()) after MPI was
 // initialised: MPI's state is its parent's, so it must not call MPI at all.
 bool forked() {
-  return runtime().pid != 0 && getpid() != runtime().pid;
+  return runtime().forked.load(std::memory_order_relaxed);
 }
 
 // Registers `state` with MPI's lifetime once it holds requests.

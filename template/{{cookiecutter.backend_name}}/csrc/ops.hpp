@@ -64,12 +64,21 @@ struct Communicator {
 {%- endif %}
 };
 
+// Whether every op body only starts its communication and returns, leaving
+// the rest to OpContext::completeLater (as the MPI implementation does). Then
+// an op whose worker thread is idle runs its body on the caller's thread
+// instead, without a hand-off to the worker and back. Leave it false while a
+// body may wait for peers: on the caller's thread, it would make an async op
+// block.
+constexpr bool kBodiesOnlyStart = {{ "true" if p.impl == "mpi" else "false" }};
+
 // The element types and reductions this backend handles. They are checked on
 // the caller's thread before an op is queued, so a bad call fails at once.
 bool supportsDtype(c10::ScalarType dtype);
 bool supportsReduction(Reduction op, c10::ScalarType dtype);
 
-// The collectives. Each runs on the backend's worker thread, one at a time, in
+// The collectives. Each runs on the backend's worker thread (or, with
+// kBodiesOnlyStart, on the caller's when the worker is idle), one at a time, in
 // the order they were called, after the plumbing checked its arguments: ranks
 // are ranks of the group and in range, and tensor counts, dtypes and sizes
 // match what the op needs on this rank. Throw (TORCH_CHECK) to fail the op;

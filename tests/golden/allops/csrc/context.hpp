@@ -68,8 +68,9 @@ struct OpContext {
 
   // For a body that returns before its communication is done: the op
   // completes when `done` returns true (or fails when it throws). The worker
-  // thread calls `done` until then; sends and receives queued after it go
-  // ahead meanwhile, a later collective waits for it. `done` must give up
+  // thread calls `done` until then, or the caller waiting for the op (one
+  // thread at a time, never two at once); sends and receives queued after it
+  // go ahead meanwhile, a later collective waits for it. `done` must give up
   // itself when expired().
   void completeLater(std::function<bool()> done) const {
     *later = std::move(done);

@@ -52,6 +52,10 @@ class Health {
   // Null while the group is usable; after a failure, the error that refuses
   // the op `who` ("Backend NAME (rank R): OP #SEQ").
   std::exception_ptr refuse(const std::string& who) const;
+  // Whether a failure was recorded.
+  bool failed() const {
+    return failed_.load(std::memory_order_acquire);
+  }
 
  private:
   std::atomic<bool> failed_{false};
@@ -79,6 +83,9 @@ class Library {
   void finalize();
 
   std::atomic<int> running{0};  // op bodies running now
+  // How long the group's ops in flight took lately: a caller waiting for one
+  // polls it without pause for about twice that (see WorkMpiAll::wait).
+  std::atomic<int64_t> inFlightNs{200'000};
 
  private:
   const std::shared_ptr<Bootstrap> store_;  // outlives the communicator, which may keep it
@@ -98,6 +105,14 @@ Options optionsFromEnvironment();
 // other op, so that a receive waiting for its sender never holds up the ops
 // queued after it.
 //
+// Ops in flight (OpContext::completeLater) are polled by the worker, and by
+// a caller waiting for one in wait(): then the worker steps aside. Where op
+// bodies only start their ops (kBodiesOnlyStart, the MPI implementation), an
+// op the worker would start at once starts on the caller's thread instead,
+// and is pushed in flight without waking the worker, which dozes while such
+// ops come: a caller that waits for its op does all the work itself, as a
+// blocking MPI call would.
+//
 // The thread owns the queue's state (a shared_ptr), not the WorkQueue: when
 // the last reference to the backend is dropped from inside an op's callback,
 // the WorkQueue is destroyed on its own thread, which then leaves the loop
@@ -112,6 +127,16 @@ class WorkQueue {
   // Queues `work` behind everything queued before it; an op that is
   // already in flight (started on the caller's thread) is polled until done.
   void push(const c10::intrusive_ptr<WorkMpiAll>& work);
+
+  // Whether an op issued now may run its body on the caller's thread instead
+  // (ops::kBodiesOnlyStart): no queued op waits to run, the worker is not
+  // running a body, and no collective is in flight, so the op would start
+  // right away on the worker too. The caller holds the backend's issue lock
+  // until it has pushed the op (in flight) or found it complete.
+  bool idle() const;
+  // Registers `work`, issued to this queue (or, for a send, polled by it):
+  // it counts among the unfinished collectives until it completes.
+  void issue(WorkMpiAll& work);
 
   // Fails the work that has not started and waits up to `grace` for the
   // running op to return (it sees the group aborted). A thread still busy
@@ -149,7 +174,8 @@ class WorkMpiAll : public c10d::Work {
   std::exception_ptr exception() const override;
   int sourceRank() const override;
   std::vector<at::Tensor> result() override;
-  // Blocks until the op is done. A timeout of zero means the op's own timeout
+  // Blocks until the op is done; while it is in flight, this thread polls it
+  // (tryPoll). A timeout of zero means the op's own timeout
   // (the process group's unless the call gave one); when it passes, the op
   // fails and this raises a RuntimeError naming the backend, op, rank and
   // timeout. A shorter timeout given here only raises.
@@ -170,12 +196,33 @@ class WorkMpiAll : public c10d::Work {
   // Runs the body (on the thread the op belongs to) and completes the future
   // unless the body completes it later (see inFlight()).
   void run();
-  // Whether the body returned before the op completed (OpContext::completeLater).
-  bool inFlight() const {
-    return static_cast<bool>(later_);
+  // Whether run() was called.
+  bool ran() const {
+    return ran_.load(std::memory_order_acquire);
   }
-  // For an op in flight: true once it completed, or failed.
-  bool poll();
+  // Whether the body returned before the op completed (OpContext::completeLater)
+  // and nobody has seen it complete since.
+  bool inFlight() const {
+    return inFlight_.load(std::memory_order_acquire);
+  }
+  // Polls an op in flight once (its completeLater function), and completes
+  // it when that says so. Any thread may call it: the worker, and a caller
+  // waiting for the op; only one polls at a time, the others return false at
+  // once. True once nothing is left to poll: the op completed or failed (and
+  // is being finished), or it never went in flight.
+  bool tryPoll();
+  // Whether the op completed (or failed) and its future is set.
+  bool done() const {
+    return done_.load(std::memory_order_acquire);
+  }
+  // Whether a caller is waiting for the op in wait() (and polls it itself
+  // while it is in flight).
+  bool awaited() const {
+    return waiters_.load(std::memory_order_acquire) > 0;
+  }
+  // After the worker ran the body: wakes a caller sleeping in wait() when the
+  // op went in flight, so that it polls the op itself.
+  void notifyInFlight();
   // Completes the op with `error` (nullptr for success). Only the first call
   // counts: an op that timed out in wait() stays failed when its body returns.
   void finish(std::exception_ptr error);
@@ -186,6 +233,12 @@ class WorkMpiAll : public c10d::Work {
 
  private:
   friend class BackendMpiAll;
+  friend class WorkQueue;
+
+  // Waits until the op is done or `until` passed; returns done(). While the
+  // op is in flight this thread polls it itself (tryPoll), without pause for
+  // about as long as the group's ops take, then between growing sleeps.
+  bool await(std::chrono::steady_clock::time_point until);
 
   // Why the op must not start (null when it may): the group was destroyed or
   // can no longer be used, or the op's deadline passed while it was queued.
@@ -199,12 +252,19 @@ class WorkMpiAll : public c10d::Work {
   const std::chrono::steady_clock::time_point deadline_;
   const c10::IValue outputs_;
   Body body_;
-  std::function<bool()> later_;  // set by OpContext::completeLater
+  std::function<bool()> later_;  // set by OpContext::completeLater; called under polling_
   const std::shared_ptr<CudaOp> cuda_;  // null for CPU ops
   uint64_t seq_ = 0;         // the op's number in the group (set when issued)
   uint64_t collective_ = 0;  // the collective's number, the same on every rank
   int sourceRank_ = -1;
   std::atomic<bool> cancelled_{false};  // the body should give up
+  std::atomic<bool> ran_{false};
+  std::atomic<bool> inFlight_{false};  // later_ is set and has not returned true or thrown
+  std::atomic<bool> polling_{false};   // a thread is in tryPoll() (calls later_)
+  std::atomic<int> waiters_{0};        // callers in wait()
+  std::chrono::steady_clock::time_point started_;  // when run() began
+  std::shared_ptr<WorkQueue::State> queue_;  // the queue it was issued to (WorkQueue::issue)
+  bool countedCollective_ = false;           // in queue_->unfinishedCollectives
   std::atomic<bool> finishing_{false};
   std::atomic<bool> done_{false};
   std::exception_ptr error_;  // written before done_ is set

@@ -9,9 +9,12 @@
 // checked instead. mpi_all_collectives finalises MPI at exit if it initialised it.
 //
 // An op body starts non-blocking MPI calls (MPI_Iallreduce, MPI_Isend, ...) and
-// hands their requests to the worker thread with MpiOp::completeLater(); the
-// worker tests them (MPI_Test) between later ops, so ops overlap, and fails
-// the op when its deadline passes, it is aborted or the group is destroyed.
+// hands their requests over with MpiOp::completeLater(). Bodies only start
+// (kBodiesOnlyStart in ops.hpp), so a collective runs on the caller's thread when
+// nothing is queued before it. The caller waiting for the op tests the
+// requests itself (MPI_Test), as MPI_Allreduce would; the worker thread tests
+// those of the ops nobody waits for, between later ops, so ops overlap. The op
+// fails when its deadline passes, it is aborted or the group is destroyed.
 // MPI cannot cancel a collective: one that was given up on keeps its buffers
 // (and its communicator) alive, and, like every failed collective, leaves the
 // process group unusable (the plumbing's Health). A receive given up on is
@@ -172,9 +175,9 @@ class MpiOp {
   // For AVG: divides `tensor` by the group size once the requests completed.
   void divideIfAverage(Reduction op, const at::Tensor& tensor);
 
-  // Returns now; the worker thread completes the op when every request has
-  // completed, and fails it when the op's deadline passes or the group is
-  // destroyed first.
+  // Returns now; the op completes when every request has (tested by the
+  // caller waiting for it, else by the worker thread), and fails when its
+  // deadline passes or the group is destroyed first.
   void completeLater();
   // For a receive from any source (MPI_ANY_SOURCE): completeLater(), and once
   // the message arrived its sender's rank becomes the op's result

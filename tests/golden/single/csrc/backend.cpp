@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <optional>
 #include <sstream>
 #include <type_traits>
 #include <utility>
@@ -42,6 +43,17 @@ constexpr auto kMinPollSpin = std::chrono::microseconds(200);
 constexpr auto kMaxPollSpin = std::chrono::milliseconds(100);
 constexpr auto kFirstPollPause = std::chrono::microseconds(50);
 constexpr auto kMaxPollPause = std::chrono::microseconds(1000);
+// While callers wait for every op in flight (and poll them themselves), the
+// worker polls too, but from kFirstPollPause doubling up to this: each of its
+// wake-ups would take a core from a rank that spins on it.
+constexpr auto kMaxAsidePause = std::chrono::milliseconds(10);
+// An op started on the caller's thread is pushed to the worker without waking
+// it: its caller usually completes it itself (Work::wait). So while such ops
+// keep coming, the idle worker dozes, looking at its queue every kDozeTick
+// (an op nobody waits for is polled after that long at most), and only after
+// kDozeFor without a push sleeps until push() wakes it.
+constexpr auto kDozeTick = std::chrono::microseconds(1000);
+constexpr auto kDozeFor = std::chrono::milliseconds(100);
 
 inline void cpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -630,6 +642,8 @@ struct WorkQueue::State {
   void pause(Clock::duration pause);
   // Polls each op in flight once; forgets those that completed.
   void pollInFlight();
+  // Wakes the worker from pause() or a doze (a caller stopped polling an op).
+  void wakeWorker();
 
   std::mutex mutex;
   std::condition_variable wake;    // for the worker: work was queued, or stop
@@ -638,7 +652,10 @@ struct WorkQueue::State {
   std::atomic<size_t> queued{0};  // queue.size(), readable without the lock
   bool stopping = false;
   bool running = false;  // the thread is in loop()
-  bool sleeping = false;
+  bool sleeping = false;  // until push() wakes it
+  bool dozing = false;    // for kDozeTick
+  Clock::time_point pushedAt;
+  bool spinForNext = false;  // the worker ran the last op's body: ops come through the queue
   Clock::time_point sleptAt;
   std::atomic<int64_t> spinNs{50'000};  // how long the worker spins for work
   std::thread thread;
@@ -646,6 +663,12 @@ struct WorkQueue::State {
   // only the worker thread touches it.
   std::vector<c10::intrusive_ptr<WorkSingle>> inFlight;
   bool pausing = false;  // in pause(): push() wakes the worker
+  bool nudged = false;   // wakeWorker() ends the pause
+  size_t toRun = 0;      // queued ops whose bodies have not run
+  std::atomic<bool> busy{false};  // the worker is running an op's body
+  // Collectives issued to this queue that have not completed: while one is
+  // queued or in flight, no op starts on the caller's thread (idle()).
+  std::atomic<int> unfinishedCollectives{0};
   Clock::duration lately = kMinPollSpin;  // how long ops in flight took lately (worker only)
 };
 
@@ -667,7 +690,14 @@ void WorkQueue::push(const c10::intrusive_ptr<WorkSingle>& work) {
       }
       s.queue.push_back(work);
       s.queued.fetch_add(1, std::memory_order_release);
-      const bool wake = s.sleeping || s.pausing;
+      if (!work->ran()) {
+        ++s.toRun;
+      }
+      s.pushedAt = Clock::now();
+      // An op in flight already needs polling, not starting: unless the
+      // worker sleeps for good, it sees the op soon enough, and its caller
+      // polls it meanwhile.
+      const bool wake = s.sleeping || (!work->ran() && (s.pausing || s.dozing));
       if (s.sleeping) {
         s.adaptSpin(Clock::now() - s.sleptAt);
       }
@@ -679,6 +709,33 @@ void WorkQueue::push(const c10::intrusive_ptr<WorkSingle>& work) {
     }
   }
   work->finish(backendError(work->describe() + ": the process group was already destroyed"));
+  // Started on the caller's thread: failed now, it gives up at its next poll
+  // (MPI cancels what it can); it must not be left with requests pending.
+  for (int polls = 0; !work->tryPoll() && polls < 1000; ++polls) {
+    std::this_thread::yield();
+  }
+}
+
+bool WorkQueue::idle() const {
+  State& s = *state_;
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return !s.stopping && s.toRun == 0 && !s.busy.load() && s.unfinishedCollectives.load() == 0;
+}
+
+void WorkQueue::issue(WorkSingle& work) {
+  work.queue_ = state_;
+  if (work.isCollective()) {
+    work.countedCollective_ = true;
+    state_->unfinishedCollectives.fetch_add(1);
+  }
+}
+
+void WorkQueue::State::wakeWorker() {
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    nudged = true;
+  }
+  wake.notify_one();
 }
 
 bool WorkQueue::stop(std::chrono::milliseconds grace) {
@@ -690,10 +747,18 @@ bool WorkQueue::stop(std::chrono::milliseconds grace) {
     s.stopping = true;
     cancelled.swap(s.queue);
     s.queued.store(0, std::memory_order_release);
+    s.toRun = 0;
     thread = std::move(s.thread);
   }
   s.wake.notify_one();
   for (auto& work : cancelled) {
+    if (work->ran()) {  // started on the caller's thread: in flight, or done
+      work->finish(backendError(work->describe() + ": aborted, the process group was destroyed"));
+      for (int polls = 0; !work->tryPoll() && polls < 1000; ++polls) {
+        std::this_thread::yield();
+      }
+      continue;
+    }
     work->finish(backendError(work->describe() + ": cancelled, the process group was destroyed before it ran"));
   }
   if (!thread.joinable()) {
@@ -745,7 +810,9 @@ void WorkQueue::State::loop() {
     pollInFlight();
     if (queued.load(std::memory_order_acquire) == 0 || !mayStartNext()) {
       if (inFlight.empty()) {
-        spinForWork();
+        if (spinForNext) {
+          spinForWork();
+        }
       } else {
         progress();
       }
@@ -754,8 +821,15 @@ void WorkQueue::State::loop() {
     {
       std::unique_lock<std::mutex> lock(mutex);
       while (queue.empty() && !stopping && inFlight.empty()) {
+        const auto now = Clock::now();
+        if (now - pushedAt < kDozeFor) {
+          dozing = true;
+          wake.wait_for(lock, kDozeTick);
+          dozing = false;
+          continue;
+        }
         sleeping = true;
-        sleptAt = Clock::now();
+        sleptAt = now;
         wake.wait(lock);
         sleeping = false;
       }
@@ -770,9 +844,16 @@ void WorkQueue::State::loop() {
       work = std::move(queue.front());
       queue.pop_front();
       queued.fetch_sub(1, std::memory_order_release);
+      spinForNext = !work->ran();
+      if (spinForNext) {
+        --toRun;
+        busy.store(true);
+      }
     }
-    if (!work->inFlight()) {  // an op started on the caller's thread is in flight already
+    if (!work->ran()) {  // an op started on the caller's thread is in flight already
       work->run();
+      busy.store(false);
+      work->notifyInFlight();
     }
     if (work->inFlight()) {
       inFlight.push_back(std::move(work));
@@ -785,7 +866,7 @@ void WorkQueue::State::pollInFlight() {
       std::remove_if(
           inFlight.begin(),
           inFlight.end(),
-          [](const c10::intrusive_ptr<WorkSingle>& work) { return work->poll(); }),
+          [](const c10::intrusive_ptr<WorkSingle>& work) { return work->tryPoll(); }),
       inFlight.end());
 }
 
@@ -793,6 +874,7 @@ void WorkQueue::State::progress() {
   const auto start = Clock::now();
   const auto spinUntil = start + std::clamp<Clock::duration>(2 * lately, kMinPollSpin, kMaxPollSpin);
   Clock::duration nextPause = kFirstPollPause;
+  Clock::duration asidePause = kFirstPollPause;
   bool spinning = true;
   const auto waiting = [this] {
     return !inFlight.empty() && (queued.load(std::memory_order_acquire) == 0 || !mayStartNext());
@@ -801,7 +883,13 @@ void WorkQueue::State::progress() {
     if (spinning && (polls & 7) == 0) {
       spinning = Clock::now() < spinUntil;
     }
-    if (polls < 16) {
+    // Callers waiting for every op in flight poll them themselves: the
+    // worker steps aside, polling now and then, and takes over if they leave.
+    const bool aside = std::all_of(inFlight.begin(), inFlight.end(), [](const auto& work) { return work->awaited(); });
+    if (aside) {
+      pause(asidePause);
+      asidePause = std::min<Clock::duration>(2 * asidePause, kMaxAsidePause);
+    } else if (polls < 16) {
       cpuRelax();
     } else if (spinning) {
       // Slow yields do not stop it, as they stop spinUntil(): nothing but
@@ -820,14 +908,18 @@ void WorkQueue::State::progress() {
 }
 
 bool WorkQueue::State::mayStartNext() const {
-  return std::none_of(inFlight.begin(), inFlight.end(), [](const auto& work) { return work->isCollective(); });
+  // An op completed by its caller (tryPoll) is no longer in flight, though
+  // the worker has not forgotten it yet.
+  return std::none_of(
+      inFlight.begin(), inFlight.end(), [](const auto& work) { return work->isCollective() && work->inFlight(); });
 }
 
 void WorkQueue::State::pause(Clock::duration pause) {
   std::unique_lock<std::mutex> lock(mutex);
   pausing = true;
-  wake.wait_for(lock, pause, [this] { return (!queue.empty() && mayStartNext()) || stopping; });
+  wake.wait_for(lock, pause, [this] { return (!queue.empty() && mayStartNext()) || stopping || nudged; });
   pausing = false;
+  nudged = false;
 }
 
 // ---------------------------------------------------------------------------
@@ -879,8 +971,8 @@ std::exception_ptr WorkSingle::refusal() const {
   if (group_->aborted.load()) {
     return backendError(describe() + ": cancelled, the process group was destroyed before it ran");
   }
-  if (std::exception_ptr unusable = health_->refuse(describe())) {
-    return unusable;
+  if (health_->failed()) {
+    return health_->refuse(describe());
   }
   if (Clock::now() > deadline_) {
     return backendError(
@@ -897,6 +989,8 @@ void WorkSingle::run() {
     onStream.emplace(cuda_->stream);  // and stays there until finish() below
   }
 #endif
+  ran_.store(true, std::memory_order_release);
+  started_ = Clock::now();
   std::exception_ptr error = refusal();
   if (!error) {
     try {
@@ -922,34 +1016,64 @@ void WorkSingle::run() {
   }
   body_ = nullptr;  // Drop the tensors the body captured.
   if (later_) {
-    return;  // the WorkQueue polls it until it completes
+    // The WorkQueue polls it until it completes, and so does a caller
+    // waiting for it (tryPoll).
+    inFlight_.store(true, std::memory_order_release);
+    return;
   }
   finish(error);    // For a CUDA op, on its stream: the future records it.
 }
 
-bool WorkSingle::poll() {
-#ifdef WITH_CUDA
-  std::optional<c10::cuda::CUDAStreamGuard> onStream;
-  if (cuda_) {
-    onStream.emplace(cuda_->stream);  // staged results are copied back on the op's stream
+bool WorkSingle::tryPoll() {
+  if (!inFlight_.load(std::memory_order_acquire)) {
+    return true;
   }
-#endif
+  if (polling_.exchange(true, std::memory_order_acquire)) {
+    return false;  // another thread polls it now
+  }
+  if (!inFlight_.load(std::memory_order_relaxed)) {  // it completed meanwhile
+    polling_.store(false, std::memory_order_release);
+    return true;
+  }
   std::exception_ptr error;
-  try {
-    if (!later_()) {
-      return false;
-    }
+  bool completed = false;
+  {
 #ifdef WITH_CUDA
+    std::optional<c10::cuda::CUDAStreamGuard> onStream;
     if (cuda_) {
-      cuda_->done.record(cuda_->stream);
+      onStream.emplace(cuda_->stream);  // staged results are copied back on the op's stream
     }
 #endif
-  } catch (...) {
-    error = backendError(describe() + " failed: " + errorMessage(std::current_exception()));
+    try {
+      completed = later_();
+#ifdef WITH_CUDA
+      if (completed && cuda_) {
+        cuda_->done.record(cuda_->stream);
+      }
+#endif
+    } catch (...) {
+      error = backendError(describe() + " failed: " + errorMessage(std::current_exception()));
+      completed = true;
+    }
+    if (completed) {
+      later_ = nullptr;
+      inFlight_.store(false, std::memory_order_release);
+    }
   }
-  later_ = nullptr;
-  finish(error);
-  return true;
+  polling_.store(false, std::memory_order_release);
+  if (completed) {
+    // Outside polling_: the future's callbacks may destroy the process group,
+    // whose worker then forgets this op (inFlight() is false) and exits.
+    finish(error);
+  }
+  return completed;
+}
+
+void WorkSingle::notifyInFlight() {
+  if (inFlight() && awaited()) {
+    { std::lock_guard<std::mutex> lock(mutex_); }  // the waiter is asleep, or sees inFlight_
+    cv_.notify_all();
+  }
 }
 
 void WorkSingle::finish(std::exception_ptr error) {
@@ -977,6 +1101,9 @@ void WorkSingle::finish(std::exception_ptr error) {
     error_ = error;
     completed_ = true;
     done_.store(true, std::memory_order_release);
+    if (countedCollective_) {
+      queue_->unfinishedCollectives.fetch_sub(1);
+    }
     if (recordFunctionEndCallback_) {
       recordFunctionEndCallback_();  // the op's end in torch.profiler
       recordFunctionEndCallback_ = nullptr;
@@ -1014,16 +1141,65 @@ std::vector<at::Tensor> WorkSingle::result() {
   return tensors;
 }
 
+bool WorkSingle::await(Clock::time_point until) {
+  waiters_.fetch_add(1);
+  Clock::time_point spinEnd = Clock::now() + kWaitSpin;
+  Clock::duration nextPause = kFirstPollPause;
+  bool driving = false;
+  for (int polls = 0;; ++polls) {
+    if (inFlight()) {
+      if (!driving) {
+        // Polled without pause for about twice as long as the group's ops
+        // in flight took lately, as the worker would.
+        driving = true;
+        const auto lately = std::chrono::nanoseconds(library_->inFlightNs.load(std::memory_order_relaxed));
+        spinEnd = std::max(spinEnd, Clock::now() + std::clamp<Clock::duration>(2 * lately, kMinPollSpin, kMaxPollSpin));
+      }
+      tryPoll();
+    }
+    if (done()) {
+      break;
+    }
+    const auto now = Clock::now();
+    if (now >= until) {
+      break;
+    }
+    if (polls < 16) {
+      cpuRelax();
+    } else if (now < spinEnd) {
+      std::this_thread::yield();  // lets a thread of this core's other ranks run
+    } else if (driving) {
+      // Sleeps between polls from now on, as the worker does, unless
+      // another thread completes the op meanwhile.
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait_for(lock, std::min<Clock::duration>(nextPause, until - now), [this] { return done(); });
+      nextPause = std::min<Clock::duration>(2 * nextPause, kMaxPollPause);
+    } else {
+      // Queued, or its body runs on the worker: sleeps until it completes,
+      // or goes in flight (notifyInFlight) and this thread can poll it.
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait_until(lock, until, [this] { return done() || inFlight(); });
+    }
+  }
+  waiters_.fetch_sub(1);
+  if (driving && !done() && queue_) {
+    queue_->wakeWorker();  // it stepped aside while this thread polled the op
+  }
+  if (driving && done()) {
+    const int64_t took = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - started_).count();
+    library_->inFlightNs.store(
+        (library_->inFlightNs.load(std::memory_order_relaxed) + took) / 2, std::memory_order_relaxed);
+  }
+  return done();
+}
+
 bool WorkSingle::wait(std::chrono::milliseconds timeout) {
-  if (!done_.load(std::memory_order_acquire) &&
-      !spinUntil([this] { return done_.load(std::memory_order_acquire); }, kWaitSpin)) {
+  if (!done()) {
     const bool useOwn = timeout <= kNoTimeout;  // 0 (no timeout given) or unset
     // At its own deadline the op's body fails too, saying more (which peers
     // are missing): give it a moment to.
     const auto until = useOwn ? deadline_ + kReportGrace : Clock::now() + timeout;
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (!cv_.wait_until(lock, until, [this] { return done_.load(std::memory_order_acquire); })) {
-      lock.unlock();
+    if (!await(until)) {
       const auto limit = useOwn ? timeout_ : timeout;
       const std::exception_ptr error = backendError(
           describe() + " did not complete within " + (useOwn ? "its " : "the ") +
@@ -1035,8 +1211,8 @@ bool WorkSingle::wait(std::chrono::milliseconds timeout) {
       // The op's own timeout passed: it has failed, unless it completed just
       // now, in which case whoever finished it first wins.
       finish(error);
-      lock.lock();
-      cv_.wait(lock, [this] { return done_.load(std::memory_order_acquire); });
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait(lock, [this] { return done(); });
     }
   }
   if (error_) {
@@ -1265,8 +1441,20 @@ c10::intrusive_ptr<c10d::Work> BackendSingle::enqueue(
     if (work->isCollective()) {
       work->collective_ = collectives_++;
     }
+    const bool runsNow = queue != nullptr && kBodiesOnlyStart && !work->cuda_ && queue->idle();
+    (queue != nullptr ? queue : &queue_)->issue(*work);
     if (queue != nullptr) {
-      queue->push(work);
+      // A body that only starts the op runs here when the worker would run it
+      // right away: no hand-off to the worker, which only polls the op in
+      // flight (and not even that while the caller waits for it).
+      if (!runsNow) {
+        queue->push(work);
+        return work;
+      }
+      work->run();
+      if (work->inFlight()) {
+        queue->push(work);
+      }
       return work;
     }
   }
