@@ -46,14 +46,15 @@ constexpr auto kFirstPollPause = std::chrono::microseconds(50);
 constexpr auto kMaxPollPause = std::chrono::microseconds(1000);
 // A caller waiting for an op in flight polls it itself (Work::wait), as a
 // blocking MPI call would, yielding between polls, for kDriveFactor times
-// what the group's ops in flight took lately (within the poll spin bounds,
-// from at least kMinDriveSpin): a collective moves only while every rank
-// polls, so a rank that sleeps early stalls its peers too. Meanwhile the
+// what the group's ops in flight took lately (from kMinDriveSpin to
+// kMaxDriveSpin): a collective moves only while every rank polls, so a rank
+// that sleeps early stalls its peers too. Meanwhile the
 // worker leaves that op alone, and looks at its queue only every
 // kAsidePause, unless the caller leaves with the op unfinished or a queued
 // op may start.
 constexpr int kDriveFactor = 4;
 constexpr auto kMinDriveSpin = std::chrono::milliseconds(1);
+constexpr auto kMaxDriveSpin = std::chrono::seconds(1);
 constexpr auto kAsidePause = std::chrono::milliseconds(10);
 // An op started on the caller's thread is pushed to the worker without waking
 // it: its caller usually completes it itself (Work::wait). So while such ops
@@ -1178,7 +1179,7 @@ bool {{ p.work_class }}::await(Clock::time_point until) {
     return leave();
   }
   const auto lately = std::chrono::nanoseconds(library_->inFlightNs.load(std::memory_order_relaxed));
-  const auto spinEnd = Clock::now() + std::clamp<Clock::duration>(kDriveFactor * lately, kMinDriveSpin, kMaxPollSpin);
+  const auto spinEnd = Clock::now() + std::clamp<Clock::duration>(kDriveFactor * lately, kMinDriveSpin, kMaxDriveSpin);
   Clock::duration nextPause = kFirstPollPause;
   for (int polls = 0; !tryPoll() && !done(); ++polls) {
     const auto now = Clock::now();
@@ -1195,7 +1196,10 @@ bool {{ p.work_class }}::await(Clock::time_point until) {
       nextPause = std::min<Clock::duration>(2 * nextPause, kMaxPollPause);
     }
   }
-  const int64_t took = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - started_).count();
+  // An op that waited for a late peer counts as no longer than the spin it
+  // was given, so that one late peer does not make later waits spin long.
+  const int64_t took = std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::min(Clock::now(), spinEnd) - started_).count();
   library_->inFlightNs.store(
       (library_->inFlightNs.load(std::memory_order_relaxed) + took) / 2, std::memory_order_relaxed);
   {

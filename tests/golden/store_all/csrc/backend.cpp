@@ -43,10 +43,18 @@ constexpr auto kMinPollSpin = std::chrono::microseconds(200);
 constexpr auto kMaxPollSpin = std::chrono::milliseconds(100);
 constexpr auto kFirstPollPause = std::chrono::microseconds(50);
 constexpr auto kMaxPollPause = std::chrono::microseconds(1000);
-// While callers wait for every op in flight (and poll them themselves), the
-// worker polls too, but from kFirstPollPause doubling up to this: each of its
-// wake-ups would take a core from a rank that spins on it.
-constexpr auto kMaxAsidePause = std::chrono::milliseconds(10);
+// A caller waiting for an op in flight polls it itself (Work::wait), as a
+// blocking MPI call would, yielding between polls, for kDriveFactor times
+// what the group's ops in flight took lately (from kMinDriveSpin to
+// kMaxDriveSpin): a collective moves only while every rank polls, so a rank
+// that sleeps early stalls its peers too. Meanwhile the
+// worker leaves that op alone, and looks at its queue only every
+// kAsidePause, unless the caller leaves with the op unfinished or a queued
+// op may start.
+constexpr int kDriveFactor = 4;
+constexpr auto kMinDriveSpin = std::chrono::milliseconds(1);
+constexpr auto kMaxDriveSpin = std::chrono::seconds(1);
+constexpr auto kAsidePause = std::chrono::milliseconds(10);
 // An op started on the caller's thread is pushed to the worker without waking
 // it: its caller usually completes it itself (Work::wait). So while such ops
 // keep coming, the idle worker dozes, looking at its queue every kDozeTick
@@ -642,8 +650,10 @@ struct WorkQueue::State {
   void pause(Clock::duration pause);
   // Polls each op in flight once; forgets those that completed.
   void pollInFlight();
-  // Wakes the worker from pause() or a doze (a caller stopped polling an op).
-  void wakeWorker();
+  // A caller stopped polling an op in flight (Work::wait): wakes the worker
+  // from pause() or a doze when the op is `unfinished`, or when ops queued
+  // behind it wait to start.
+  void callerLeft(bool unfinished);
 
   std::mutex mutex;
   std::condition_variable wake;    // for the worker: work was queued, or stop
@@ -730,9 +740,13 @@ void WorkQueue::issue(WorkStoreAll& work) {
   }
 }
 
-void WorkQueue::State::wakeWorker() {
+void WorkQueue::State::callerLeft(bool unfinished) {
   {
     std::lock_guard<std::mutex> lock(mutex);
+    // The worker takes over the op, or starts what was queued behind it.
+    if (!unfinished && !(pausing && toRun > 0)) {
+      return;
+    }
     nudged = true;
   }
   wake.notify_one();
@@ -866,7 +880,9 @@ void WorkQueue::State::pollInFlight() {
       std::remove_if(
           inFlight.begin(),
           inFlight.end(),
-          [](const c10::intrusive_ptr<WorkStoreAll>& work) { return work->tryPoll(); }),
+          [](const c10::intrusive_ptr<WorkStoreAll>& work) {
+            return !work->inFlight() || (!work->awaited() && work->tryPoll());
+          }),
       inFlight.end());
 }
 
@@ -874,7 +890,6 @@ void WorkQueue::State::progress() {
   const auto start = Clock::now();
   const auto spinUntil = start + std::clamp<Clock::duration>(2 * lately, kMinPollSpin, kMaxPollSpin);
   Clock::duration nextPause = kFirstPollPause;
-  Clock::duration asidePause = kFirstPollPause;
   bool spinning = true;
   const auto waiting = [this] {
     return !inFlight.empty() && (queued.load(std::memory_order_acquire) == 0 || !mayStartNext());
@@ -884,11 +899,10 @@ void WorkQueue::State::progress() {
       spinning = Clock::now() < spinUntil;
     }
     // Callers waiting for every op in flight poll them themselves: the
-    // worker steps aside, polling now and then, and takes over if they leave.
+    // worker steps aside, and takes over if they leave (wakeWorker).
     const bool aside = std::all_of(inFlight.begin(), inFlight.end(), [](const auto& work) { return work->awaited(); });
     if (aside) {
-      pause(asidePause);
-      asidePause = std::min<Clock::duration>(2 * asidePause, kMaxAsidePause);
+      pause(kAsidePause);
     } else if (polls < 16) {
       cpuRelax();
     } else if (spinning) {
@@ -1143,54 +1157,54 @@ std::vector<at::Tensor> WorkStoreAll::result() {
 
 bool WorkStoreAll::await(Clock::time_point until) {
   waiters_.fetch_add(1);
-  Clock::time_point spinEnd = Clock::now() + kWaitSpin;
+  const auto leave = [this] {
+    waiters_.fetch_sub(1);
+    if (queue_) {
+      queue_->callerLeft(inFlight());
+    }
+    return done();
+  };
+  // Queued, or its body runs on the worker: waits until it completes, or goes
+  // in flight (notifyInFlight) and this thread can poll it.
+  if (!spinUntil([this] { return done() || inFlight(); }, kWaitSpin)) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait_until(lock, until, [this] { return done() || inFlight(); });
+  }
+  if (!inFlight()) {  // done, being finished by the thread that saw it complete, or out of time
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait_until(lock, until, [this] { return done(); });
+    return leave();
+  }
+  const auto lately = std::chrono::nanoseconds(library_->inFlightNs.load(std::memory_order_relaxed));
+  const auto spinEnd = Clock::now() + std::clamp<Clock::duration>(kDriveFactor * lately, kMinDriveSpin, kMaxDriveSpin);
   Clock::duration nextPause = kFirstPollPause;
-  bool driving = false;
-  for (int polls = 0;; ++polls) {
-    if (inFlight()) {
-      if (!driving) {
-        // Polled without pause for about twice as long as the group's ops
-        // in flight took lately, as the worker would.
-        driving = true;
-        const auto lately = std::chrono::nanoseconds(library_->inFlightNs.load(std::memory_order_relaxed));
-        spinEnd = std::max(spinEnd, Clock::now() + std::clamp<Clock::duration>(2 * lately, kMinPollSpin, kMaxPollSpin));
-      }
-      tryPoll();
-    }
-    if (done()) {
-      break;
-    }
+  for (int polls = 0; !tryPoll() && !done(); ++polls) {
     const auto now = Clock::now();
     if (now >= until) {
-      break;
+      return leave();
     }
     if (polls < 16) {
       cpuRelax();
     } else if (now < spinEnd) {
-      std::this_thread::yield();  // lets a thread of this core's other ranks run
-    } else if (driving) {
-      // Sleeps between polls from now on, as the worker does, unless
-      // another thread completes the op meanwhile.
+      std::this_thread::yield();  // slow or not: only polling moves the op (see progress())
+    } else {
       std::unique_lock<std::mutex> lock(mutex_);
       cv_.wait_for(lock, std::min<Clock::duration>(nextPause, until - now), [this] { return done(); });
       nextPause = std::min<Clock::duration>(2 * nextPause, kMaxPollPause);
-    } else {
-      // Queued, or its body runs on the worker: sleeps until it completes,
-      // or goes in flight (notifyInFlight) and this thread can poll it.
-      std::unique_lock<std::mutex> lock(mutex_);
-      cv_.wait_until(lock, until, [this] { return done() || inFlight(); });
     }
   }
-  waiters_.fetch_sub(1);
-  if (driving && !done() && queue_) {
-    queue_->wakeWorker();  // it stepped aside while this thread polled the op
+  // An op that waited for a late peer counts as no longer than the spin it
+  // was given, so that one late peer does not make later waits spin long.
+  const int64_t took = std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::min(Clock::now(), spinEnd) - started_).count();
+  library_->inFlightNs.store(
+      (library_->inFlightNs.load(std::memory_order_relaxed) + took) / 2, std::memory_order_relaxed);
+  {
+    // Complete: finished by this thread, or being finished by the one that saw it complete.
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait(lock, [this] { return done(); });
   }
-  if (driving && done()) {
-    const int64_t took = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - started_).count();
-    library_->inFlightNs.store(
-        (library_->inFlightNs.load(std::memory_order_relaxed) + took) / 2, std::memory_order_relaxed);
-  }
-  return done();
+  return leave();
 }
 
 bool WorkStoreAll::wait(std::chrono::milliseconds timeout) {
