@@ -215,10 +215,11 @@ class WorkAllops : public c10d::Work {
   bool done() const {
     return done_.load(std::memory_order_acquire);
   }
-  // Whether a caller is waiting for the op in wait() (and polls it itself
-  // while it is in flight).
+  // Whether a caller waiting for the op in wait() polls it itself while it is
+  // in flight: where the ops' completeLater functions may run on any thread
+  // (kBodiesOnlyStart), and someone waits.
   bool awaited() const {
-    return waiters_.load(std::memory_order_acquire) > 0;
+    return kBodiesOnlyStart && waiters_.load(std::memory_order_acquire) > 0;
   }
   // After the worker ran the body: wakes a caller sleeping in wait() when the
   // op went in flight, so that it polls the op itself.

@@ -46,11 +46,13 @@ struct Communicator {
 };
 
 // Whether every op body only starts its communication and returns, leaving
-// the rest to OpContext::completeLater (as the MPI implementation does). Then
-// an op whose worker thread is idle runs its body on the caller's thread
-// instead, without a hand-off to the worker and back. Leave it false while a
-// body may wait for peers: on the caller's thread, it would make an async op
-// block.
+// the rest to OpContext::completeLater, whose function any thread may call
+// (one at a time), as in the MPI implementation. Then an op whose worker
+// thread is idle runs its body on the caller's thread instead, and a caller
+// waiting for an op polls it itself: no hand-off to the worker and back.
+// Leave it false while a body may wait for peers (on the caller's thread, it
+// would make an async op block) or a completeLater function uses state that
+// only its queue's thread may touch.
 constexpr bool kBodiesOnlyStart = false;
 
 // The element types and reductions this backend handles. They are checked on

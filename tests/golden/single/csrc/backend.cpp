@@ -660,7 +660,7 @@ struct WorkQueue::State {
   std::condition_variable exited;  // for stop(): the worker left its loop
   std::deque<c10::intrusive_ptr<WorkSingle>> queue;
   std::atomic<size_t> queued{0};  // queue.size(), readable without the lock
-  bool stopping = false;
+  std::atomic<bool> stopping{false};  // set under the mutex; read by the worker without it
   bool running = false;  // the thread is in loop()
   bool sleeping = false;  // until push() wakes it
   bool dozing = false;    // for kDozeTick
@@ -700,14 +700,16 @@ void WorkQueue::push(const c10::intrusive_ptr<WorkSingle>& work) {
       }
       s.queue.push_back(work);
       s.queued.fetch_add(1, std::memory_order_release);
-      if (!work->ran()) {
+      // An op that started on the caller's thread (kBodiesOnlyStart) needs
+      // polling, not starting, and its caller usually polls it: unless the
+      // worker sleeps for good, it looks at the op soon enough (kDozeTick).
+      const bool startedHere = kBodiesOnlyStart && work->ran();
+      if (startedHere) {
+        s.pushedAt = Clock::now();
+      } else if (!work->ran()) {
         ++s.toRun;
       }
-      s.pushedAt = Clock::now();
-      // An op in flight already needs polling, not starting: unless the
-      // worker sleeps for good, it sees the op soon enough, and its caller
-      // polls it meanwhile.
-      const bool wake = s.sleeping || (!work->ran() && (s.pausing || s.dozing));
+      const bool wake = s.sleeping || (!startedHere && (s.pausing || s.dozing));
       if (s.sleeping) {
         s.adaptSpin(Clock::now() - s.sleptAt);
       }
@@ -880,8 +882,8 @@ void WorkQueue::State::pollInFlight() {
       std::remove_if(
           inFlight.begin(),
           inFlight.end(),
-          [](const c10::intrusive_ptr<WorkSingle>& work) {
-            return !work->inFlight() || (!work->awaited() && work->tryPoll());
+          [this](const c10::intrusive_ptr<WorkSingle>& work) {
+            return !work->inFlight() || ((!work->awaited() || stopping.load()) && work->tryPoll());
           }),
       inFlight.end());
 }
@@ -900,7 +902,8 @@ void WorkQueue::State::progress() {
     }
     // Callers waiting for every op in flight poll them themselves: the
     // worker steps aside, and takes over if they leave (wakeWorker).
-    const bool aside = std::all_of(inFlight.begin(), inFlight.end(), [](const auto& work) { return work->awaited(); });
+    const bool aside = !stopping.load() &&
+        std::all_of(inFlight.begin(), inFlight.end(), [](const auto& work) { return work->awaited(); });
     if (aside) {
       pause(kAsidePause);
     } else if (polls < 16) {
@@ -1084,8 +1087,8 @@ bool WorkSingle::tryPoll() {
 }
 
 void WorkSingle::notifyInFlight() {
-  if (inFlight() && awaited()) {
-    { std::lock_guard<std::mutex> lock(mutex_); }  // the waiter is asleep, or sees inFlight_
+  if (kBodiesOnlyStart && inFlight()) {
+    { std::lock_guard<std::mutex> lock(mutex_); }  // a waiter is asleep, or sees inFlight_
     cv_.notify_all();
   }
 }
@@ -1159,18 +1162,19 @@ bool WorkSingle::await(Clock::time_point until) {
   waiters_.fetch_add(1);
   const auto leave = [this] {
     waiters_.fetch_sub(1);
-    if (queue_) {
+    if (kBodiesOnlyStart && queue_) {
       queue_->callerLeft(inFlight());
     }
     return done();
   };
-  // Queued, or its body runs on the worker: waits until it completes, or goes
-  // in flight (notifyInFlight) and this thread can poll it.
-  if (!spinUntil([this] { return done() || inFlight(); }, kWaitSpin)) {
+  // Queued, or its body runs on the worker: waits until it completes, or
+  // (kBodiesOnlyStart) goes in flight (notifyInFlight) and this thread polls it.
+  const auto doneOrInFlight = [this] { return done() || (kBodiesOnlyStart && inFlight()); };
+  if (!spinUntil(doneOrInFlight, kWaitSpin)) {
     std::unique_lock<std::mutex> lock(mutex_);
-    cv_.wait_until(lock, until, [this] { return done() || inFlight(); });
+    cv_.wait_until(lock, until, doneOrInFlight);
   }
-  if (!inFlight()) {  // done, being finished by the thread that saw it complete, or out of time
+  if (!kBodiesOnlyStart || !inFlight()) {  // done, being finished by the thread that saw it complete, or out of time
     std::unique_lock<std::mutex> lock(mutex_);
     cv_.wait_until(lock, until, [this] { return done(); });
     return leave();
@@ -1460,7 +1464,9 @@ c10::intrusive_ptr<c10d::Work> BackendSingle::enqueue(
     if (queue != nullptr) {
       // A body that only starts the op runs here when the worker would run it
       // right away: no hand-off to the worker, which only polls the op in
-      // flight (and not even that while the caller waits for it).
+      // flight (and not even that while the caller waits for it). Nobody
+      // holds the op's future yet, so finishing it here (a refused op, a
+      // body that threw) runs no callback under the issue lock.
       if (!runsNow) {
         queue->push(work);
         return work;
