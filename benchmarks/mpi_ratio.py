@@ -1,7 +1,9 @@
 """The generated MPI backend against the MPI library underneath it, and gloo, in one MPI job.
 
 For each world size, one ``mpirun -n N`` job measures, on the same tensors and
-in alternated rounds (so that load on a shared machine hits all of them alike):
+in rounds of shuffled order, each block after a few untimed calls (so that load
+on a shared machine, and the switch from one kind to the next, hit all of them
+alike):
 
 - ``backend``: ``dist.all_reduce`` over the generated ``--impl mpi`` backend;
 - ``MPI_Allreduce`` and ``MPI_Iallreduce`` (+ ``MPI_Wait``), in place, through
@@ -26,6 +28,7 @@ import argparse
 import importlib
 import json
 import os
+import random
 import resource
 import statistics
 import subprocess
@@ -98,8 +101,14 @@ def rank_main(args: argparse.Namespace) -> None:
             for _ in range(3):
                 allreduce(kind, tensor)
         for round_ in range(args.rounds):
-            order = KINDS[round_ % len(KINDS) :] + KINDS[: round_ % len(KINDS)]
+            # A fresh order each round, the same on every rank: each kind
+            # follows each other one about equally often (a rotation would
+            # always put the backend right after gloo, whose aftermath slows
+            # whatever runs next). A few untimed calls first absorb the switch.
+            order = random.Random(round_).sample(KINDS, len(KINDS))
             for kind in order:
+                for _ in range(max(2, iters // 10)):
+                    allreduce(kind, tensor)
                 comm.Barrier()
                 start = time.perf_counter()
                 for _ in range(iters):
