@@ -44,14 +44,14 @@ constexpr auto kMinPollSpin = std::chrono::microseconds(200);
 constexpr auto kMaxPollSpin = std::chrono::milliseconds(100);
 constexpr auto kFirstPollPause = std::chrono::microseconds(50);
 constexpr auto kMaxPollPause = std::chrono::microseconds(1000);
-// A caller waiting for an op in flight polls it itself (Work::wait), as a
-// blocking MPI call would, yielding between polls, for kDriveFactor times
-// what the group's ops in flight took lately (from kMinDriveSpin to
-// kMaxDriveSpin): a collective moves only while every rank polls, so a rank
-// that sleeps early stalls its peers too. Meanwhile the
-// worker leaves that op alone, and looks at its queue only every
-// kAsidePause, unless the caller leaves with the op unfinished or a queued
-// op may start.
+// Where any thread may poll (kBodiesOnlyStart), a caller waiting for an op in
+// flight polls it itself (Work::wait), as a blocking MPI call would, yielding
+// between polls, for kDriveFactor times what the group's ops in flight took
+// lately (from kMinDriveSpin to kMaxDriveSpin): a collective moves only while
+// every rank polls, so a rank that sleeps early stalls its peers too.
+// Meanwhile the worker leaves that op alone, and looks at its queue only every
+// kAsidePause, unless the caller leaves with the op unfinished or a queued op
+// may start.
 constexpr int kDriveFactor = 4;
 constexpr auto kMinDriveSpin = std::chrono::milliseconds(1);
 constexpr auto kMaxDriveSpin = std::chrono::seconds(1);

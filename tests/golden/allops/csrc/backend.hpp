@@ -237,8 +237,9 @@ class WorkAllops : public c10d::Work {
   friend class WorkQueue;
 
   // Waits until the op is done or `until` passed; returns done(). While the
-  // op is in flight this thread polls it itself (tryPoll), without pause for
-  // about as long as the group's ops take, then between growing sleeps.
+  // op is in flight (kBodiesOnlyStart) this thread polls it itself (tryPoll),
+  // yielding between polls for about four times as long as the group's ops
+  // took lately, then between growing sleeps.
   bool await(std::chrono::steady_clock::time_point until);
 
   // Why the op must not start (null when it may): the group was destroyed or
