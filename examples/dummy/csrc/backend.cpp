@@ -673,7 +673,7 @@ struct WorkQueue::State {
   // only the worker thread touches it.
   std::vector<c10::intrusive_ptr<WorkDummy>> inFlight;
   bool pausing = false;  // in pause(): push() wakes the worker
-  bool nudged = false;   // wakeWorker() ends the pause
+  bool nudged = false;   // callerLeft() ends the pause
   size_t toRun = 0;      // queued ops whose bodies have not run
   std::atomic<bool> busy{false};  // the worker is running an op's body
   // Collectives issued to this queue that have not completed: while one is
@@ -681,6 +681,20 @@ struct WorkQueue::State {
   std::atomic<int> unfinishedCollectives{0};
   Clock::duration lately = kMinPollSpin;  // how long ops in flight took lately (worker only)
 };
+
+namespace {
+
+// Fails `work`, an op that may have started on the caller's thread, then
+// polls it until it gives up (MPI cancels what it can), so that it is not
+// left with requests pending; for an op not in flight the first poll says so.
+void failStarted(WorkDummy& work, std::exception_ptr error) {
+  work.finish(std::move(error));
+  for (int polls = 0; !work.tryPoll() && polls < 1000; ++polls) {
+    std::this_thread::yield();
+  }
+}
+
+} // namespace
 
 WorkQueue::WorkQueue() : state_(std::make_shared<State>()) {}
 
@@ -720,12 +734,7 @@ void WorkQueue::push(const c10::intrusive_ptr<WorkDummy>& work) {
       return;
     }
   }
-  work->finish(backendError(work->describe() + ": the process group was already destroyed"));
-  // Started on the caller's thread: failed now, it gives up at its next poll
-  // (MPI cancels what it can); it must not be left with requests pending.
-  for (int polls = 0; !work->tryPoll() && polls < 1000; ++polls) {
-    std::this_thread::yield();
-  }
+  failStarted(*work, backendError(work->describe() + ": the process group was already destroyed"));
 }
 
 bool WorkQueue::idle() const {
@@ -769,10 +778,7 @@ bool WorkQueue::stop(std::chrono::milliseconds grace) {
   s.wake.notify_one();
   for (auto& work : cancelled) {
     if (work->ran()) {  // started on the caller's thread: in flight, or done
-      work->finish(backendError(work->describe() + ": aborted, the process group was destroyed"));
-      for (int polls = 0; !work->tryPoll() && polls < 1000; ++polls) {
-        std::this_thread::yield();
-      }
+      failStarted(*work, backendError(work->describe() + ": aborted, the process group was destroyed"));
       continue;
     }
     work->finish(backendError(work->describe() + ": cancelled, the process group was destroyed before it ran"));
@@ -901,7 +907,7 @@ void WorkQueue::State::progress() {
       spinning = Clock::now() < spinUntil;
     }
     // Callers waiting for every op in flight poll them themselves: the
-    // worker steps aside, and takes over if they leave (wakeWorker).
+    // worker steps aside, and takes over if they leave (callerLeft).
     const bool aside = !stopping.load() &&
         std::all_of(inFlight.begin(), inFlight.end(), [](const auto& work) { return work->awaited(); });
     if (aside) {

@@ -17,7 +17,6 @@
 #include <thread>
 
 #include <pthread.h>
-#include <unistd.h>
 
 #ifdef WITH_CUDA
 #include <c10/cuda/CUDAStream.h>
@@ -77,7 +76,6 @@ struct Runtime {
   std::vector<std::shared_ptr<MpiOp::State>> abandoned;  // given up on; MPI may still use them
   MPI_Op halfOps[2][4] = {};    // [float16, bfloat16][sum, product, min, max]
   bool cudaAware = false;       // MPI reads and writes CUDA memory itself
-  pid_t pid = 0;                // the process that initialised MPI (not a fork of it)
   std::atomic<bool> forked{false};  // this is a child forked after that (pthread_atfork)
 };
 
@@ -198,7 +196,6 @@ void ensureInitialized() {
   createHalfOps<c10::Half>(rt.halfOps[0]);
   createHalfOps<c10::BFloat16>(rt.halfOps[1]);
   rt.cudaAware = queryCudaAware();
-  rt.pid = getpid();
   // Known without a getpid() call per MPI call: set in the child of a fork.
   pthread_atfork(nullptr, nullptr, [] { runtime().forked.store(true); });
   rt.initialized = true;

@@ -84,7 +84,7 @@ class Library {
 
   std::atomic<int> running{0};  // op bodies running now
   // How long the group's ops in flight took lately: a caller waiting for one
-  // polls it without pause for about twice that (see WorkSingle::wait).
+  // polls it, yielding, for about four times that (see WorkSingle::wait).
   std::atomic<int64_t> inFlightNs{200'000};
 
  private:
@@ -105,13 +105,13 @@ Options optionsFromEnvironment();
 // other op, so that a receive waiting for its sender never holds up the ops
 // queued after it.
 //
-// Ops in flight (OpContext::completeLater) are polled by the worker, and by
-// a caller waiting for one in wait(): then the worker steps aside. Where op
-// bodies only start their ops (kBodiesOnlyStart, the MPI implementation), an
-// op the worker would start at once starts on the caller's thread instead,
-// and is pushed in flight without waking the worker, which dozes while such
-// ops come: a caller that waits for its op does all the work itself, as a
-// blocking MPI call would.
+// Ops in flight (OpContext::completeLater) are polled by the worker. Where op
+// bodies only start their ops (kBodiesOnlyStart, the MPI implementation), a
+// caller waiting for one in wait() polls it instead, while the worker steps
+// aside; and an op the worker would start at once starts on the caller's
+// thread instead, and is pushed in flight without waking the worker, which
+// dozes while such ops come: a caller that waits for its op does all the
+// work itself, as a blocking MPI call would.
 //
 // The thread owns the queue's state (a shared_ptr), not the WorkQueue: when
 // the last reference to the backend is dropped from inside an op's callback,
@@ -174,8 +174,8 @@ class WorkSingle : public c10d::Work {
   std::exception_ptr exception() const override;
   int sourceRank() const override;
   std::vector<at::Tensor> result() override;
-  // Blocks until the op is done; while it is in flight, this thread polls it
-  // (tryPoll). A timeout of zero means the op's own timeout
+  // Blocks until the op is done; while it is in flight (kBodiesOnlyStart),
+  // this thread polls it (tryPoll). A timeout of zero means the op's own timeout
   // (the process group's unless the call gave one); when it passes, the op
   // fails and this raises a RuntimeError naming the backend, op, rank and
   // timeout. A shorter timeout given here only raises.
