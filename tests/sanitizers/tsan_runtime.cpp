@@ -30,8 +30,9 @@ constexpr int kWorld = 3;
 
 void check(bool ok, const std::string& what) {
   if (!ok) {
+    std::cout << std::flush;
     std::cerr << "FAILED: " << what << std::endl;
-    std::exit(1);
+    std::_Exit(1);  // at once, from any thread: std::exit would race the others
   }
 }
 
@@ -48,11 +49,23 @@ std::vector<c10::intrusive_ptr<Backend>> group(const std::string& id, std::chron
   return ranks;
 }
 
+// A thread running fn; an exception escaping it fails the test with its
+// message (a bare std::thread would call std::terminate and lose it).
+std::thread spawn(std::function<void()> fn) {
+  return std::thread([fn = std::move(fn)] {
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      check(false, std::string("unexpected error: ") + e.what());
+    }
+  });
+}
+
 // Runs fn(rank) for every rank, each on a thread of its own.
 void onEachRank(const std::function<void(int)>& fn) {
   std::vector<std::thread> threads;
   for (int rank = 0; rank < kWorld; ++rank) {
-    threads.emplace_back(fn, rank);
+    threads.push_back(spawn([&fn, rank] { fn(rank); }));
   }
   for (auto& thread : threads) {
     thread.join();
@@ -85,22 +98,22 @@ void eightThreadsWhileSomeFail() {
     std::atomic<int> failures{0};
     std::vector<std::thread> threads;
     for (int k = 0; k < 4; ++k) {
-      threads.emplace_back([&] {
+      threads.push_back(spawn([&] {
         for (int i = 0; i < 5; ++i) {
           failures += allreduced(backend, 1.0F) != kWorld;
         }
-      });
+      }));
     }
     for (int k = 0; k < 2; ++k) {
-      threads.emplace_back([&] {
+      threads.push_back(spawn([&] {
         for (int i = 0; i < 5; ++i) {
           std::vector<at::Tensor> sparse{at::full({2, 2}, 1.0F).to_sparse()};
           failures += !raisesBackendError([&] { backend.allreduce(sparse, c10d::AllreduceOptions())->wait(); });
         }
-      });
+      }));
     }
     for (int tag = 30; tag < 32; ++tag) {
-      threads.emplace_back([&, tag] {
+      threads.push_back(spawn([&, tag] {
         for (int i = 0; i < 5; ++i) {
           std::vector<at::Tensor> out{at::full({3}, -1.0F)};
           std::vector<at::Tensor> in{at::full({3}, float(rank * 100 + tag + i))};
@@ -109,7 +122,7 @@ void eightThreadsWhileSomeFail() {
           sent->wait();
           failures += out[0][2].item<float>() != float(((rank + kWorld - 1) % kWorld) * 100 + tag + i);
         }
-      });
+      }));
     }
     for (auto& thread : threads) {
       thread.join();
@@ -140,8 +153,8 @@ void abortAndShutdownAtOnce() {
   auto pending = ranks[0]->allreduce(tensors, c10d::AllreduceOptions());
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   const auto start = Clock::now();
-  std::thread aborting([&] { ranks[0]->abort(); });
-  std::thread shutting([&] { ranks[0]->shutdown(); });
+  std::thread aborting = spawn([&] { ranks[0]->abort(); });
+  std::thread shutting = spawn([&] { ranks[0]->shutdown(); });
   aborting.join();
   shutting.join();
   check(Clock::now() - start < std::chrono::seconds(10), "abort()/shutdown() took too long");
@@ -156,7 +169,7 @@ void timeoutRacesTheWorker() {
   auto ranks = group("timeout", std::chrono::seconds(1));
   std::vector<at::Tensor> tensors{at::full({4}, 1.0F)};
   auto work = ranks[0]->allreduce(tensors, c10d::AllreduceOptions());
-  std::thread aborting([&] {
+  std::thread aborting = spawn([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(1000));
     work->abort();
   });
@@ -166,10 +179,10 @@ void timeoutRacesTheWorker() {
   std::vector<std::thread> threads;
   std::atomic<int> accepted{0};
   for (int k = 0; k < 4; ++k) {
-    threads.emplace_back([&] {
+    threads.push_back(spawn([&] {
       std::vector<at::Tensor> more{at::full({4}, 1.0F)};
       accepted += !raisesBackendError([&] { ranks[0]->allreduce(more, c10d::AllreduceOptions())->wait(); });
-    });
+    }));
   }
   for (auto& thread : threads) {
     thread.join();

@@ -231,6 +231,12 @@ std::string StoreExchange::p2pKey(int src, int dst, int tag, uint64_t n) const {
   return key.str();
 }
 
+void StoreExchange::take(at::Tensor& tensor, const std::string& key, int src) {
+  Blob blob = std::move(getMessages(receiving(), {key}, sizeof(Header) + tensor.nbytes()).front());
+  deleteMessages(receiving(), {key}, {blob.size()});
+  tensor.copy_(decode(std::move(blob), tensor, tensor.numel(), src).view(tensor.sizes()));
+}
+
 void StoreExchange::put(const std::vector<std::string>& keys, std::vector<Blob> blobs) {
   for (size_t i = 0; i < keys.size(); ++i) {
     written_.emplace_back(keys[i], blobs[i].size());
@@ -240,15 +246,14 @@ void StoreExchange::put(const std::vector<std::string>& keys, std::vector<Blob> 
 
 void StoreExchange::await(
     const OpContext& ctx,
-    Channel& channel,
     const std::vector<std::string>& keys,
     const std::vector<int>& fromRanks) {
-  c10d::Store& store = connection(channel);
+  c10d::Store& store = traffic();
   {
     std::lock_guard<std::mutex> lock(waitMutex_);
     rank_ = ctx.group.rank;
     TORCH_CHECK(!aborted_, "the process group was destroyed");
-    channel.waiting = keys;
+    waiting_ = keys;
   }
   const auto remaining =
       std::chrono::duration_cast<std::chrono::milliseconds>(ctx.deadline - Clock::now());
@@ -267,11 +272,11 @@ void StoreExchange::await(
   bool aborted = false;
   {
     std::lock_guard<std::mutex> lock(waitMutex_);
-    channel.waiting.clear();
+    waiting_.clear();
     aborted = aborted_;
     if (aborted) {  // the markers that woke this thread: nobody else needs them
-      deleteMessages(store, channel.marked, std::vector<size_t>(channel.marked.size(), 0));
-      channel.marked.clear();
+      deleteMessages(store, marked_, std::vector<size_t>(marked_.size(), 0));
+      marked_.clear();
     }
   }
   if (!aborted && !timedOut) {
@@ -283,7 +288,7 @@ void StoreExchange::await(
       missing.push_back(fromRanks[i]);
     }
   }
-  if (&channel == &ops_) {
+  {
     // The collective failed here, and the group with it: what this rank put
     // for it goes when the group is destroyed (a peer may still be reading it).
     std::lock_guard<std::mutex> lock(waitMutex_);
@@ -322,16 +327,14 @@ void StoreExchange::abort() {
   Blob marker(sizeof(Header));
   const Header header{kAbortMagic, rank_, 0};
   std::memcpy(marker.data(), &header, sizeof(Header));
-  for (Channel* channel : {&ops_, &receives_}) {
-    for (const std::string& key : channel->waiting) {
-      try {
-        // Sets only keys that do not exist: compareSet with an empty expected value.
-        if (store_->compareSet(key, {}, marker) == marker) {
-          channel->marked.push_back(key);
-        }
-      } catch (const std::exception&) {
-        // The store is gone as well: the thread's wait fails on its own.
+  for (const std::string& key : waiting_) {
+    try {
+      // Sets only keys that do not exist: compareSet with an empty expected value.
+      if (store_->compareSet(key, {}, marker) == marker) {
+        marked_.push_back(key);
       }
+    } catch (const std::exception&) {
+      // The store is gone as well: the thread's wait fails on its own.
     }
   }
 }
@@ -365,7 +368,7 @@ std::vector<at::Tensor> StoreExchange::allgather(const OpContext& ctx, const at:
     }
   }
   put({all[me]}, {encode(tensor)});
-  await(ctx, ops_, keys, from);
+  await(ctx, keys, from);
   const size_t bytes = sizeof(Header) + tensor.nbytes();
   std::vector<Blob> blobs = getMessages(traffic(), keys, keys.size() * bytes);
   // Every rank's message is as long as this one's: the sizes were checked to match.
@@ -401,7 +404,7 @@ std::vector<at::Tensor> StoreExchange::gather(
       from.push_back(r);
     }
   }
-  await(ctx, ops_, keys, from);
+  await(ctx, keys, from);
   std::vector<Blob> blobs =
       getMessages(traffic(), keys, keys.size() * (sizeof(Header) + tensor.nbytes()));
   deleteMessages(traffic(), keys, sizesOf(blobs));  // the root is the only reader
@@ -425,7 +428,7 @@ void StoreExchange::broadcast(const OpContext& ctx, at::Tensor& tensor, int root
     put({key}, {encode(tensor)});
     return;
   }
-  await(ctx, ops_, {key}, {root});
+  await(ctx, {key}, {root});
   Blob blob = std::move(getMessages(traffic(), {key}, sizeof(Header) + tensor.nbytes()).front());
   dropWhenAllRead(collectiveKey(ctx, "read"), size - 1, {key}, blob.size());
   tensor.copy_(decode(std::move(blob), tensor, tensor.numel(), root).view(tensor.sizes()));
@@ -455,7 +458,7 @@ at::Tensor StoreExchange::scatter(
     return chunks[me];
   }
   const std::string key = collectiveKey(ctx, "s" + std::to_string(me));
-  await(ctx, ops_, {key}, {root});
+  await(ctx, {key}, {root});
   Blob blob = std::move(getMessages(traffic(), {key}, sizeof(Header) + like.nbytes()).front());
   deleteMessages(traffic(), {key}, {blob.size()});
   return decode(std::move(blob), like, like.numel(), root).view(like.sizes());
@@ -491,7 +494,7 @@ std::vector<at::Tensor> StoreExchange::alltoall(
     expected.push_back(counts[r]);
   }
   put(outgoing, std::move(blobs));
-  await(ctx, ops_, incoming, from);
+  await(ctx, incoming, from);
   size_t expectedBytes = 0;
   for (const int64_t count : expected) {
     expectedBytes += sizeof(Header) + static_cast<size_t>(count) * like.element_size();
@@ -528,7 +531,7 @@ void StoreExchange::barrier(const OpContext& ctx) {
     }
   }
   put({all[me]}, {Blob{}});
-  await(ctx, ops_, others, from);
+  await(ctx, others, from);
   dropWhenAllRead(collectiveKey(ctx, "read"), size, all, 0);
 }
 
@@ -541,21 +544,45 @@ void StoreExchange::send(const OpContext& ctx, const at::Tensor& tensor, int dst
   ++n;
 }
 
-void StoreExchange::recv(const OpContext& ctx, at::Tensor& tensor, int src, int tag) {
-  uint64_t& n = received_[{src, tag}];
-  const std::string key = p2pKey(src, ctx.group.rank, tag, n);
-  await(ctx, receives_, {key}, {src});
-  Blob blob = std::move(getMessages(receiving(), {key}, sizeof(Header) + tensor.nbytes()).front());
-  deleteMessages(receiving(), {key}, {blob.size()});
-  ++n;
-  tensor.copy_(decode(std::move(blob), tensor, tensor.numel(), src).view(tensor.sizes()));
+uint64_t StoreExchange::postRecv(int src, int tag) {
+  Inbox& inbox = inboxes_[{src, tag}];
+  inbox.waiting.push_back(inbox.tickets);
+  return inbox.tickets++;
+}
+
+bool StoreExchange::tryRecv(const OpContext& ctx, at::Tensor& tensor, int src, int tag, uint64_t ticket) {
+  Inbox& inbox = inboxes_[{src, tag}];
+  if (inbox.waiting.front() == ticket) {
+    const std::string key = p2pKey(src, ctx.group.rank, tag, inbox.next);
+    if (receiving().check({key})) {
+      inbox.waiting.pop_front();
+      ++inbox.next;
+      take(tensor, key, src);
+      return true;
+    }
+  }
+  if (!ctx.expired()) {
+    return false;
+  }
+  // It gives up: the next receive from src with tag takes its message.
+  inbox.waiting.erase(std::find(inbox.waiting.begin(), inbox.waiting.end(), ticket));
+  TORCH_CHECK(!ctx.group.aborted.load(), "the process group was destroyed");
+  TORCH_CHECK(false,
+      "nothing from rank ", src, " with tag ", tag, " within the op's ", ctx.timeout.count(),
+      " ms timeout (is the matching send missing, or did rank ", src, " die?)");
 }
 
 std::optional<int> StoreExchange::tryRecvAnysource(const OpContext& ctx, at::Tensor& tensor, int tag) {
   const int me = ctx.group.rank;
   for (int src = 0; src < ctx.group.size; ++src) {
-    if (src != me && receiving().check({p2pKey(src, me, tag, received_[{src, tag}])})) {
-      recv(ctx, tensor, src, tag);
+    if (src == me) {
+      continue;
+    }
+    Inbox& inbox = inboxes_[{src, tag}];
+    const std::string key = p2pKey(src, me, tag, inbox.next);
+    if (inbox.waiting.empty() && receiving().check({key})) {
+      ++inbox.next;
+      take(tensor, key, src);
       return src;
     }
   }

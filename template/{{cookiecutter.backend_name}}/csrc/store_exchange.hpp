@@ -18,6 +18,7 @@
 #include <c10/util/intrusive_ptr.h>
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -75,17 +76,27 @@ class StoreExchange {
   // Point-to-point, matched by (source, destination, tag) in call order.
   // Sends run on the caller's threads and receives on the backend's receive
   // thread, alongside the collectives (on its worker thread), each over a
-  // store connection of their own.
+  // store connection of their own. A receive polls for its message: a store
+  // cannot wait for "any of these keys", and a receive blocked in wait()
+  // would hold up every receive posted after it (see ops.cpp).
   void send(const OpContext& ctx, const at::Tensor& tensor, int dst, int tag);
-  void recv(const OpContext& ctx, at::Tensor& tensor, int src, int tag);
-  // Receives a message with `tag` from a rank that has sent one, and returns
-  // that rank; nullopt when none has yet. A store cannot wait for "any of
-  // these keys", so a receive from any source polls this (see ops.cpp).
+  // Queues a receive from `src` with `tag`, and returns its ticket for
+  // tryRecv(). Receives from one source with one tag take its messages in
+  // the order they were posted, as MPI's do; one that gives up takes none.
+  uint64_t postRecv(int src, int tag);
+  // Receives into `tensor` once the receives posted before this one took
+  // their messages and this one's has arrived: false until then, an error
+  // once the op expired.
+  bool tryRecv(const OpContext& ctx, at::Tensor& tensor, int src, int tag, uint64_t ticket);
+  // Receives the next message with `tag` from a rank that has sent one and
+  // that no receive from that rank waits for, and returns that rank; nullopt
+  // when there is none yet.
   std::optional<int> tryRecvAnysource(const OpContext& ctx, at::Tensor& tensor, int tag);
 
-  // Wakes the threads blocked in a wait, so that their ops fail at once
-  // (ops::abort). What this rank put stays: a peer that is still within its
-  // own deadline reads it, and names the rank that really is missing.
+  // Wakes the worker thread when a collective blocks it in a wait, so that
+  // the op fails at once (ops::abort); a receive fails at its next poll.
+  // What this rank put stays: a peer that is still within its own deadline
+  // reads it, and names the rank that really is missing.
   void abort();
   // Deletes what this rank put for collectives that failed (ops::finalize).
   void close();
@@ -95,27 +106,24 @@ class StoreExchange {
   void beginExchange(const OpContext& ctx);
   std::string collectiveKey(const OpContext& ctx, const std::string& name);
   std::string p2pKey(int src, int dst, int tag, uint64_t n) const;
-  // A connection to the store of one thread, and the keys that thread is
-  // blocked on: a store client serves one request at a time, and an exchange
-  // may block in wait() for a long time.
+  // Reads and deletes the message under `key`, which has arrived from `src`,
+  // into `tensor`.
+  void take(at::Tensor& tensor, const std::string& key, int src);
+  // A connection to the store of one thread: a store client serves one
+  // request at a time, and a collective may block in wait() for a long time.
   struct Channel {
     c10::intrusive_ptr<c10d::Store> store;  // opened on first use
-    std::vector<std::string> waiting;       // guarded by waitMutex_
-    std::vector<std::string> marked;        // keys abort() created, guarded by waitMutex_
   };
   c10d::Store& connection(Channel& channel);
   c10d::Store& traffic();    // the worker thread's connection
   c10d::Store& receiving();  // the receive thread's connection
   // Stores this rank's part of the current collective under `keys`.
   void put(const std::vector<std::string>& keys, std::vector<std::vector<uint8_t>> blobs);
-  // Waits until every key exists; from then on, reads from `store` fail
-  // once the op's deadline passes. Throws when the op expires first, after
-  // deleting what this rank put for the collective (nobody will read it).
-  void await(
-      const OpContext& ctx,
-      Channel& channel,
-      const std::vector<std::string>& keys,
-      const std::vector<int>& fromRanks);
+  // Waits until every key of the current collective exists; from then on,
+  // reads from traffic() fail once the op's deadline passes. Throws when the
+  // op expires first, after deleting what this rank put for the collective
+  // (nobody will read it).
+  void await(const OpContext& ctx, const std::vector<std::string>& keys, const std::vector<int>& fromRanks);
   // Deletes leftovers_ through `store`; the caller holds waitMutex_.
   void deleteLeftovers(c10d::Store& store);
   // Counts this rank's read of `keys` (messages of `bytes` bytes each); the
@@ -132,6 +140,10 @@ class StoreExchange {
   Channel receives_;  // the receive thread's
   std::mutex waitMutex_;
   bool aborted_ = false;  // guarded by waitMutex_
+  // The keys the worker thread is blocked on in await(), and those of them
+  // abort() created to wake it. Guarded by waitMutex_.
+  std::vector<std::string> waiting_;
+  std::vector<std::string> marked_;
   // What this rank put for collectives that failed (key, bytes): deleted when
   // the group is destroyed. Guarded by waitMutex_.
   std::vector<std::pair<std::string, size_t>> leftovers_;
@@ -149,8 +161,15 @@ class StoreExchange {
   std::mutex sendMutex_;
   Channel sends_;
   std::map<std::pair<int, int>, uint64_t> sent_;
-  // Messages received per (source, tag); only the receive thread uses it.
-  std::map<std::pair<int, int>, uint64_t> received_;
+  // Per (source, tag): the number of the next message to receive, and the
+  // tickets of the receives waiting for messages, oldest first. Only the
+  // receive thread uses them.
+  struct Inbox {
+    uint64_t next = 0;
+    uint64_t tickets = 0;
+    std::deque<uint64_t> waiting;
+  };
+  std::map<std::pair<int, int>, Inbox> inboxes_;
 };
 
 } // namespace {{ p.package }}

@@ -146,33 +146,71 @@ def send_behind_a_queued_collective(ctx: Ctx) -> None:
     assert t.tolist() == [3.0] * 4, t
 
 
+def receive_does_not_block_receives(ctx: Ctx) -> None:
+    """A receive from rank 1 (tag 1) waits while one posted after it (tag 0) completes."""
+    _first_receive_waits_for_a_later_one(ctx, source=1)
+
+
 def any_source_receive_does_not_block_receives(ctx: Ctx) -> None:
-    """Rank 0: irecv from any source with tag 1, then irecv from rank 1 with tag 0, and wait.
+    """A receive from any source (tag 1) waits while one posted after it (tag 0) completes."""
+    _first_receive_waits_for_a_later_one(ctx, source=None)
+
+
+def _first_receive_waits_for_a_later_one(ctx: Ctx, source: int | None) -> None:
+    """Rank 0: irecv from `source` (None: any) with tag 1, then irecv from rank 1 with tag 0, and wait.
 
     Rank 1 sends tag 0, receives rank 0's answer, and only then sends tag 1.
-    A receive from any source that holds up the receives posted after it
-    leaves both ranks waiting for each other.
+    A receive that holds up the receives posted after it (as a queue of
+    blocking receives does) leaves both ranks waiting for each other, as MPI
+    and gloo never do.
     """
-    if not {"send", "recv", "recvAnysource"} <= ctx.ops:
-        raise Skip("needs send, recv and recvAnysource")
+    needs = {"send", "recv"} | ({"recvAnysource"} if source is None else set())
+    if not needs <= ctx.ops:
+        raise Skip("needs " + ", ".join(sorted(needs)))
     assert ctx.world == 2, "a case for two ranks"
     short = timedelta(seconds=_timeout_s())
     if ctx.index == 0:
-        anysource = torch.zeros(4)
-        first = dist.irecv(anysource, tag=1)  # from any source
+        early = torch.zeros(4)
+        first = dist.irecv(early, source, tag=1)
         got = torch.zeros(4)
         assert dist.irecv(got, 1, tag=0).wait(timeout=short) is True
         assert got.tolist() == [1.0, 2.0, 3.0, 4.0], got
         dist.send(got * 10, 1, tag=2)
         assert first.wait(timeout=short) is True
-        assert first._source_rank() == 1
-        assert anysource.tolist() == [5.0, 6.0, 7.0, 8.0], anysource
+        if source is None:
+            assert first._source_rank() == 1
+        assert early.tolist() == [5.0, 6.0, 7.0, 8.0], early
     else:
         dist.send(torch.arange(1.0, 5.0), 0, tag=0)
         answer = torch.zeros(4)
         dist.recv(answer, 0, tag=2)
         assert answer.tolist() == [10.0, 20.0, 30.0, 40.0], answer
         dist.send(torch.arange(5.0, 9.0), 0, tag=1)
+
+
+def timed_out_receive_takes_no_message(ctx: Ctx) -> None:
+    """A receive that timed out takes no message: the next receives take them all, in order.
+
+    Rank 0's recv (tag 9) fails at its deadline; only then does rank 1 send
+    twice with that tag, and rank 0's next two receives must take the two
+    messages in the order they were sent, as after a cancelled MPI_Irecv.
+    """
+    if not {"send", "recv"} <= ctx.ops:
+        raise Skip("needs send and recv")
+    assert ctx.world == 2, "a case for two ranks"
+    sync = _sync_group()  # made first: new_group() wants the ranks within its timeout of each other
+    if ctx.index == 0:
+        with pytest.raises(RuntimeError, match=rf"Backend {BACKEND} \(rank 0\): recv #0 "):
+            dist.recv(torch.zeros(4), 1, tag=9)
+        dist.barrier(group=sync)
+        first, second = torch.zeros(4), torch.zeros(4)
+        dist.recv(first, 1, tag=9)
+        dist.recv(second, 1, tag=9)
+        assert (first.tolist(), second.tolist()) == ([1.0] * 4, [2.0] * 4), (first, second)
+    else:
+        dist.barrier(group=sync)
+        dist.send(torch.full((4,), 1.0), 0, tag=9)
+        dist.send(torch.full((4,), 2.0), 0, tag=9)
 
 
 def numbering_across_op_kinds(ctx: Ctx) -> None:

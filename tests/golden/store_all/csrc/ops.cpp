@@ -311,7 +311,13 @@ void send(const OpContext& ctx, const at::Tensor& tensor, int dst, int tag) {
 
 // Receives a tensor from one peer, matched by tag.
 void recv(const OpContext& ctx, at::Tensor& tensor, int src, int tag) {
-  exchange(ctx).recv(ctx, tensor, src, tag);
+  // Completes later, so that it never holds up the receives posted after it:
+  // the receive thread polls for its message between them.
+  StoreExchange& store = exchange(ctx);
+  const uint64_t ticket = store.postRecv(src, tag);
+  ctx.completeLater([&store, ctx, tensor, src, tag, ticket]() mutable {
+    return store.tryRecv(ctx, tensor, src, tag, ticket);
+  });
 }
 
 // Receives a tensor from whichever peer sends first with the tag.

@@ -74,6 +74,37 @@ inline void writeBack(at::Tensor& tensor, const at::Tensor& host) {
   }
 }
 
+// Receives into `tensor` the message with `tag` from `src` (-1: from any
+// rank) and completes later, so that the receive never holds up those posted
+// after it: the receive thread waits for it in slices of kReceiveSlice,
+// between them, and the sender's rank goes to *ctx.source. What the receive
+// needs outlives the op's body.
+// How long one test of a pending receive may wait for it. The wait sleeps on
+// UCX's events, so a message that comes wakes it at once (the receive thread's
+// own polling yields between polls, and on a busy core a yield costs
+// milliseconds); a receive posted behind it starts at most this late.
+constexpr auto kReceiveSlice = std::chrono::milliseconds(1);
+
+inline void receiveLater(const OpContext& ctx, at::Tensor& tensor, int src, int tag) {
+  struct Pending {
+    Pending(const OpContext& context, UcxComm& comm, at::Tensor host)
+        : ctx(context), data(std::move(host)), messages(ctx, comm) {}
+    const OpContext ctx;
+    at::Tensor data;
+    UcxMessages messages;  // declared last: destroyed first, while ctx lives
+  };
+  auto pending = std::make_shared<Pending>(ctx, ucx(ctx), onHost(tensor));
+  pending->messages.recvTagged(pending->data, src, tag);
+  ctx.completeLater([pending, tensor]() mutable {
+    if (!pending->messages.waitFor(kReceiveSlice)) {
+      return false;
+    }
+    writeBack(tensor, pending->data);
+    *pending->ctx.source = pending->messages.source();
+    return true;
+  });
+}
+
 // acc = acc (op) x, element by element.
 inline void reduceInto(at::Tensor& acc, const at::Tensor& x, Reduction op) {
   switch (op) {
@@ -535,34 +566,12 @@ void send(const OpContext& ctx, const at::Tensor& tensor, int dst, int tag) {
 
 // Receives a tensor from one peer, matched by tag.
 void recv(const OpContext& ctx, at::Tensor& tensor, int src, int tag) {
-  at::Tensor data = onHost(tensor);
-  UcxMessages messages(ctx, ucx(ctx));
-  messages.recvTagged(data, src, tag);
-  messages.wait();
-  writeBack(tensor, data);
+  receiveLater(ctx, tensor, src, tag);
 }
 
 // Receives a tensor from whichever peer sends first with the tag.
 int recvAnysource(const OpContext& ctx, at::Tensor& tensor, int tag) {
-  // Completes later, so that it never holds up the receives posted after it:
-  // the receive thread tests it between them. What it needs outlives this body.
-  struct Pending {
-    Pending(const OpContext& context, UcxComm& comm, at::Tensor host)
-        : ctx(context), data(std::move(host)), messages(ctx, comm) {}
-    const OpContext ctx;
-    at::Tensor data;
-    UcxMessages messages;  // declared last: destroyed first, while ctx lives
-  };
-  auto pending = std::make_shared<Pending>(ctx, ucx(ctx), onHost(tensor));
-  pending->messages.recvTagged(pending->data, /*src=*/-1, tag);
-  ctx.completeLater([pending, tensor]() mutable {
-    if (!pending->messages.test()) {
-      return false;
-    }
-    writeBack(tensor, pending->data);
-    *pending->ctx.source = pending->messages.source();
-    return true;
-  });
+  receiveLater(ctx, tensor, /*src=*/-1, tag);
   return -1;  // the sender, once known, goes to *ctx.source
 }
 

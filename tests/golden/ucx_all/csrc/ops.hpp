@@ -79,7 +79,10 @@ bool supportsReduction(Reduction op, c10::ScalarType dtype);
 // the order they were called, on a second worker thread, at the same time as
 // the other ops: a receive waits for its sender, and a rank may post it before
 // its own send (irecv then isend, as batch_isend_irecv does). So send and
-// receive bodies must be safe to run alongside any other op body.
+// receive bodies must be safe to run alongside any other op body. A receive
+// body should post the receive and complete later (ctx.completeLater): one
+// that waits for its message holds up every receive posted after it, and a
+// peer whose send depends on one of those then waits for this rank forever.
 namespace ops {
 
 // The lifecycle of a group, around its ops.

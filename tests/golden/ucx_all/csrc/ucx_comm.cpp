@@ -257,7 +257,7 @@ void UcxComm::progressAbandoned() {
 // UcxMessages
 
 UcxMessages::UcxMessages(const OpContext& ctx, UcxComm& comm, int64_t count)
-    : ctx_(ctx), comm_(comm), count_(count) {}
+    : ctx_(ctx), comm_(comm), count_(count), lastMoved_(Clock::now()), sleep_(kFirstSleep) {}
 
 UcxMessages::~UcxMessages() {
   if (!pending_.empty()) {
@@ -302,27 +302,39 @@ void UcxMessages::checkReceived(const UcxRequest& r, ucs_status_t status) const 
 }
 
 int UcxMessages::wait() {
+  lastMoved_ = Clock::now();
+  sleep_ = kFirstSleep;
+  while (!waitFor(std::chrono::hours(1))) {  // test() throws once the op expired
+  }
+  return lastSource_;
+}
+
+bool UcxMessages::waitFor(Clock::duration limit) {
   // Progress while data moves, and for kIdleSpin after, which catches a peer
   // that is nearly there. Then sleep until UCX has an event, as gloo's threads
   // sleep on their sockets: a rank whose peer is late, or shares its core,
   // gives the core away and wakes when a message comes. (sched_yield() is no
   // substitute: on a busy core it waits out every other thread's time slice.)
-  auto lastMoved = Clock::now();
-  auto sleep = kFirstSleep;
+  const auto until = Clock::now() + limit;
   bool moved = false;
   while (!test(&moved)) {
     const auto now = Clock::now();
     if (moved) {
-      lastMoved = now;
-      sleep = kFirstSleep;
-    } else if (now - lastMoved > kIdleSpin) {
-      if (!comm_.sleepUntilEvent(pending_[finished_], sleep)) {
+      lastMoved_ = now;
+      sleep_ = kFirstSleep;
+    }
+    if (now >= until) {
+      return false;
+    }
+    if (!moved && now - lastMoved_ > kIdleSpin) {
+      const auto left = std::chrono::duration_cast<std::chrono::microseconds>(until - now);
+      if (!comm_.sleepUntilEvent(pending_[finished_], std::min(sleep_, left))) {
         std::this_thread::sleep_for(kBusyPause);
       }
-      sleep = std::min(2 * sleep, kMaxSleep);
+      sleep_ = std::min(2 * sleep_, kMaxSleep);
     }
   }
-  return lastSource_;
+  return true;
 }
 
 bool UcxMessages::test(bool* moved) {

@@ -196,6 +196,10 @@ class UcxMessages {
   // ranks whose messages are missing, when a message fails, or when a
   // sender's count or message size is not what this rank expects.
   int wait();
+  // wait() for at most `limit`: true once every posted message is done,
+  // false when `limit` passed first. Called again for the same messages, it
+  // goes on where it left off (a wait that found nothing moving sleeps on).
+  bool waitFor(std::chrono::steady_clock::duration limit);
   // One round of wait(): true once every posted message is done (then
   // source() is the sender of the last receive). Throws as wait() does.
   bool test(bool* moved = nullptr);
@@ -216,6 +220,9 @@ class UcxMessages {
   std::vector<UcxRequest> pending_;
   size_t finished_ = 0;  // pending_[0, finished_) are done
   int lastSource_ = -1;
+  // Where waitFor() is: when data last moved, and how long it sleeps next.
+  std::chrono::steady_clock::time_point lastMoved_;
+  std::chrono::microseconds sleep_;
 };
 
 } // namespace ucx_all_collectives

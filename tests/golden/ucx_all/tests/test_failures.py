@@ -46,8 +46,16 @@ def test_a_send_never_waits_behind_queued_collectives():
     run_alone(2, "send_behind_a_queued_collective", group_timeout=SHORT_TIMEOUT)
 
 
+def test_a_receive_does_not_block_the_receives_posted_after_it():
+    run_alone(2, "receive_does_not_block_receives", group_timeout=SHORT_TIMEOUT)
+
+
 def test_a_receive_from_any_source_does_not_block_other_receives():
     run_alone(2, "any_source_receive_does_not_block_receives", group_timeout=SHORT_TIMEOUT)
+
+
+def test_a_receive_that_timed_out_takes_no_message():
+    run_alone(2, "timed_out_receive_takes_no_message", group_timeout=SHORT_TIMEOUT)
 
 
 def test_one_sequence_number_per_group():
