@@ -113,6 +113,24 @@ def test_the_previous_release_is_shipped_and_renders_what_it_rendered(tmp_path: 
     assert shipped_kits()[digest][0] == "0.1.0"  # its file name is its content hash
 
 
+#: Kits of templates that landed on main: projects in users' hands record these
+#: hashes, so their kits ship for good. Add the new kit here when a release lands.
+LANDED_KITS = {
+    "8ed46b2ca6319240": "0.1.0",
+    "19184081bd33cf8d": "0.2.0",
+    "5ff0d86f4724a9e6": "0.2.1",
+    "ac3907f733552944": "0.2.2",
+}
+
+
+@pytest.mark.parametrize("digest", sorted(LANDED_KITS))
+def test_every_landed_kit_ships_under_its_content_hash(digest: str) -> None:
+    """A kit that landed is never replaced: its archive holds exactly the kit its name says."""
+    assert shipped_kits()[digest][0] == LANDED_KITS[digest]
+    with base_kit(LANDED_KITS[digest], digest) as kit:
+        assert (kit.hash, kit.version) == (digest, LANDED_KITS[digest])
+
+
 def test_the_installed_kit_hash_is_recorded_in_every_project(run: Cli, out: Path) -> None:
     assert run("x").exit_code == 0
     recorded = json.loads((out / "x" / ".new-backend.json").read_text())
