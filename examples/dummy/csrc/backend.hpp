@@ -225,7 +225,8 @@ class WorkDummy : public c10d::Work {
   // op went in flight, so that it polls the op itself.
   void notifyInFlight();
   // Completes the op with `error` (nullptr for success). Only the first call
-  // counts: an op that timed out in wait() stays failed when its body returns.
+  // counts: an op that timed out in wait() stays failed when its body returns,
+  // and a receive that completes after it failed fails the group.
   void finish(std::exception_ptr error);
   // "Backend NAME (rank R): OP #SEQ", the start of every message about the op.
   std::string describe() const;

@@ -325,29 +325,35 @@ inline void writeBack(at::Tensor& tensor, const at::Tensor& host) {
   }
 }
 
-// Receives into `tensor` the message with `tag` from `src` (-1: from any
-// rank) and completes later, so that the receive never holds up those posted
-// after it: the receive thread waits for it in slices of kReceiveSlice,
-// between them, and the sender's rank goes to *ctx.source. What the receive
-// needs outlives the op's body.
-// How long one test of a pending receive may wait for it. The wait sleeps on
-// UCX's events, so a message that comes wakes it at once (the receive thread's
-// own polling yields between polls, and on a busy core a yield costs
-// milliseconds); a receive posted behind it starts at most this late.
+// How long one test of a receive that waits alone may wait for it. The wait
+// sleeps on UCX's events, so a message that comes wakes it at once (the
+// receive thread's own polling yields between polls, and on a busy core a
+// yield costs milliseconds); a receive posted behind it starts at most this
+// late. Receives that wait together are tested in turn without sleeping, so
+// that none waits out another's slice.
 constexpr auto kReceiveSlice = std::chrono::milliseconds(1);
 
+// Receives into `tensor` the message with `tag` from `src` (-1: from any
+// rank) and completes later, so that the receive never holds up those posted
+// after it; the sender's rank goes to *ctx.source. What the receive needs
+// outlives the op's body.
 inline void receiveLater(const OpContext& ctx, at::Tensor& tensor, int src, int tag) {
   struct Pending {
     Pending(const OpContext& context, UcxComm& comm, at::Tensor host)
-        : ctx(context), data(std::move(host)), messages(ctx, comm) {}
+        : ctx(context), data(std::move(host)), waiting(comm.receivesWaiting), messages(ctx, comm) {
+      ++waiting;
+    }
+    ~Pending() { --waiting; }
     const OpContext ctx;
     at::Tensor data;
+    std::atomic<int>& waiting;
     UcxMessages messages;  // declared last: destroyed first, while ctx lives
   };
   auto pending = std::make_shared<Pending>(ctx, ucx(ctx), onHost(tensor));
   pending->messages.recvTagged(pending->data, src, tag);
   ctx.completeLater([pending, tensor]() mutable {
-    if (!pending->messages.waitFor(kReceiveSlice)) {
+    const bool alone = pending->waiting.load(std::memory_order_relaxed) == 1;
+    if (!pending->messages.waitFor(alone ? kReceiveSlice : std::chrono::milliseconds(0))) {
       return false;
     }
     writeBack(tensor, pending->data);

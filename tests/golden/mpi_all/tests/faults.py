@@ -188,6 +188,35 @@ def _first_receive_waits_for_a_later_one(ctx: Ctx, source: int | None) -> None:
         dist.send(torch.arange(5.0, 9.0), 0, tag=1)
 
 
+def receives_match_in_posting_order(ctx: Ctx) -> None:
+    """Rank 0: irecv from any source, then irecv from rank 1, one tag: the first takes rank 1's first message.
+
+    Rank 1 sends, waits for rank 0's answer to it, and only then sends again.
+    MPI matches a message with the receive posted first that matches it; a
+    later receive that took it would leave both ranks waiting for each other.
+    """
+    needs = {"send", "recv", "recvAnysource"}
+    if not needs <= ctx.ops:
+        raise Skip("needs " + ", ".join(sorted(needs)))
+    assert ctx.world == 2, "a case for two ranks"
+    short = timedelta(seconds=_timeout_s())
+    if ctx.index == 0:
+        anywhere, from_one = torch.zeros(4), torch.zeros(4)
+        first = dist.irecv(anywhere, None, tag=3)
+        second = dist.irecv(from_one, 1, tag=3)
+        assert first.wait(timeout=short) is True
+        assert (first._source_rank(), anywhere.tolist()) == (1, [1.0, 2.0, 3.0, 4.0]), anywhere
+        dist.send(anywhere * 10, 1, tag=2)
+        assert second.wait(timeout=short) is True
+        assert from_one.tolist() == [5.0, 6.0, 7.0, 8.0], from_one
+    else:
+        dist.send(torch.arange(1.0, 5.0), 0, tag=3)
+        answer = torch.zeros(4)
+        dist.recv(answer, 0, tag=2)
+        assert answer.tolist() == [10.0, 20.0, 30.0, 40.0], answer
+        dist.send(torch.arange(5.0, 9.0), 0, tag=3)
+
+
 def timed_out_receive_takes_no_message(ctx: Ctx) -> None:
     """A receive that timed out takes no message: the next receives take them all, in order.
 

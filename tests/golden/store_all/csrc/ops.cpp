@@ -316,7 +316,7 @@ void recv(const OpContext& ctx, at::Tensor& tensor, int src, int tag) {
   StoreExchange& store = exchange(ctx);
   const uint64_t ticket = store.postRecv(src, tag);
   ctx.completeLater([&store, ctx, tensor, src, tag, ticket]() mutable {
-    return store.tryRecv(ctx, tensor, src, tag, ticket);
+    return store.tryRecv(ctx, tensor, src, tag, ticket).has_value();
   });
 }
 
@@ -325,8 +325,9 @@ int recvAnysource(const OpContext& ctx, at::Tensor& tensor, int tag) {
   // Completes later, so that it never holds up the receives posted after it:
   // the receive thread polls for a message between them.
   StoreExchange& store = exchange(ctx);
-  ctx.completeLater([&store, ctx, tensor, tag]() mutable {
-    const std::optional<int> source = store.tryRecvAnysource(ctx, tensor, tag);
+  const uint64_t ticket = store.postRecv(StoreExchange::kAnySource, tag);
+  ctx.completeLater([&store, ctx, tensor, tag, ticket]() mutable {
+    const std::optional<int> source = store.tryRecv(ctx, tensor, StoreExchange::kAnySource, tag, ticket);
     if (source) {
       *ctx.source = *source;
     }

@@ -544,51 +544,58 @@ void StoreExchange::send(const OpContext& ctx, const at::Tensor& tensor, int dst
 }
 
 uint64_t StoreExchange::postRecv(int src, int tag) {
-  Inbox& inbox = inboxes_[{src, tag}];
-  inbox.waiting.push_back(inbox.tickets);
-  return inbox.tickets++;
+  (src == kAnySource ? anysource_[tag] : inboxes_[{src, tag}].waiting).push_back(tickets_);
+  return tickets_++;
 }
 
-bool StoreExchange::tryRecv(const OpContext& ctx, at::Tensor& tensor, int src, int tag, uint64_t ticket) {
-  Inbox& inbox = inboxes_[{src, tag}];
-  if (inbox.waiting.front() == ticket) {
-    const std::string key = p2pKey(src, ctx.group.rank, tag, inbox.next);
-    if (receiving().check({key})) {
-      inbox.waiting.pop_front();
-      ++inbox.next;
-      take(tensor, key, src);
-      return true;
+std::optional<int> StoreExchange::tryRecv(
+    const OpContext& ctx,
+    at::Tensor& tensor,
+    int src,
+    int tag,
+    uint64_t ticket) {
+  std::deque<uint64_t>& line = src == kAnySource ? anysource_[tag] : inboxes_[{src, tag}].waiting;
+  const auto giveUp = [&line, ticket] { line.erase(std::remove(line.begin(), line.end(), ticket), line.end()); };
+  try {
+    if (!ctx.expired()) {
+      const std::optional<int> from = line.front() == ticket ? arrived(ctx, src, tag, ticket) : std::nullopt;
+      if (from) {
+        line.pop_front();
+        take(tensor, p2pKey(*from, ctx.group.rank, tag, inboxes_[{*from, tag}].next++), *from);
+      }
+      return from;
     }
+  } catch (...) {
+    giveUp();
+    throw;
   }
-  if (!ctx.expired()) {
-    return false;
-  }
-  // It gives up: the next receive from src with tag takes its message.
-  inbox.waiting.erase(std::find(inbox.waiting.begin(), inbox.waiting.end(), ticket));
+  // Given up: the next receive that matches takes the message.
+  giveUp();
   TORCH_CHECK(!ctx.group.aborted.load(), "the process group was destroyed");
+  TORCH_CHECK(src != kAnySource,
+      "no rank sent a message with tag ", tag, " within the op's ", ctx.timeout.count(),
+      " ms timeout (is a matching send missing?)");
   TORCH_CHECK(false,
       "nothing from rank ", src, " with tag ", tag, " within the op's ", ctx.timeout.count(),
       " ms timeout (is the matching send missing, or did rank ", src, " die?)");
 }
 
-std::optional<int> StoreExchange::tryRecvAnysource(const OpContext& ctx, at::Tensor& tensor, int tag) {
-  const int me = ctx.group.rank;
-  for (int src = 0; src < ctx.group.size; ++src) {
-    if (src == me) {
-      continue;
-    }
-    Inbox& inbox = inboxes_[{src, tag}];
-    const std::string key = p2pKey(src, me, tag, inbox.next);
-    if (inbox.waiting.empty() && receiving().check({key})) {
-      ++inbox.next;
-      take(tensor, key, src);
-      return src;
+std::optional<int> StoreExchange::arrived(const OpContext& ctx, int src, int tag, uint64_t ticket) {
+  const auto earlier = [ticket](const std::deque<uint64_t>& line) {
+    return !line.empty() && line.front() < ticket;
+  };
+  const auto ready = [&](int from) {
+    const uint64_t n = inboxes_[{from, tag}].next;
+    return receiving().check({p2pKey(from, ctx.group.rank, tag, n)});
+  };
+  if (src != kAnySource) {
+    return earlier(anysource_[tag]) || !ready(src) ? std::nullopt : std::optional<int>(src);
+  }
+  for (int from = 0; from < ctx.group.size; ++from) {
+    if (from != ctx.group.rank && !earlier(inboxes_[{from, tag}].waiting) && ready(from)) {
+      return from;
     }
   }
-  TORCH_CHECK(!ctx.group.aborted.load(), "the process group was destroyed");
-  TORCH_CHECK(!ctx.expired(),
-      "no rank sent a message with tag ", tag, " within the op's ", ctx.timeout.count(),
-      " ms timeout (is a matching send missing?)");
   return std::nullopt;
 }
 

@@ -79,18 +79,16 @@ class StoreExchange {
   // cannot wait for "any of these keys", and a receive blocked in wait()
   // would hold up every receive posted after it (see ops.cpp).
   void send(const OpContext& ctx, const at::Tensor& tensor, int dst, int tag);
-  // Queues a receive from `src` with `tag`, and returns its ticket for
-  // tryRecv(). Receives from one source with one tag take its messages in
-  // the order they were posted, as MPI's do; one that gives up takes none.
+  // Queues a receive from `src` (kAnySource: from any rank) with `tag`, and
+  // returns its ticket for tryRecv(). Receives take messages as MPI matches
+  // them: each takes the first message it matches that no receive posted
+  // before it matches too.
+  static constexpr int kAnySource = -1;
   uint64_t postRecv(int src, int tag);
-  // Receives into `tensor` once the receives posted before this one took
-  // their messages and this one's has arrived: false until then, an error
-  // once the op expired.
-  bool tryRecv(const OpContext& ctx, at::Tensor& tensor, int src, int tag, uint64_t ticket);
-  // Receives the next message with `tag` from a rank that has sent one and
-  // that no receive from that rank waits for, and returns that rank; nullopt
-  // when there is none yet.
-  std::optional<int> tryRecvAnysource(const OpContext& ctx, at::Tensor& tensor, int tag);
+  // Receives into `tensor` once the receive `ticket` may take a message and
+  // one has arrived, and returns the sender's rank; nullopt until then. Once
+  // the op expired it throws, and takes no message.
+  std::optional<int> tryRecv(const OpContext& ctx, at::Tensor& tensor, int src, int tag, uint64_t ticket);
 
   // Wakes the worker thread when a collective blocks it in a wait, so that
   // the op fails at once (ops::abort); a receive fails at its next poll.
@@ -108,6 +106,9 @@ class StoreExchange {
   // Reads and deletes the message under `key`, which has arrived from `src`,
   // into `tensor`.
   void take(at::Tensor& tensor, const std::string& key, int src);
+  // The rank whose next message with `tag` the receive `ticket` from `src`
+  // may take now: one that has arrived and that no earlier receive matches.
+  std::optional<int> arrived(const OpContext& ctx, int src, int tag, uint64_t ticket);
   // A connection to the store of one thread: a store client serves one
   // request at a time, and a collective may block in wait() for a long time.
   struct Channel {
@@ -160,15 +161,16 @@ class StoreExchange {
   std::mutex sendMutex_;
   Channel sends_;
   std::map<std::pair<int, int>, uint64_t> sent_;
-  // Per (source, tag): the number of the next message to receive, and the
-  // tickets of the receives waiting for messages, oldest first. Only the
-  // receive thread uses them.
+  // The receives waiting, by ticket (in the order they were posted): per
+  // (source, tag) with the number of the next message from that source, and
+  // per tag those from any source. Only the receive thread uses them.
   struct Inbox {
     uint64_t next = 0;
-    uint64_t tickets = 0;
     std::deque<uint64_t> waiting;
   };
   std::map<std::pair<int, int>, Inbox> inboxes_;
+  std::map<int, std::deque<uint64_t>> anysource_;
+  uint64_t tickets_ = 0;
 };
 
 } // namespace store_all_collectives

@@ -54,6 +54,10 @@ def test_a_receive_from_any_source_does_not_block_other_receives():
     run_alone(2, "any_source_receive_does_not_block_receives", group_timeout=SHORT_TIMEOUT)
 
 
+def test_receives_take_messages_in_the_order_they_were_posted():
+    run_alone(2, "receives_match_in_posting_order", group_timeout=SHORT_TIMEOUT)
+
+
 def test_a_receive_that_timed_out_takes_no_message():
     run_alone(2, "timed_out_receive_takes_no_message", group_timeout=SHORT_TIMEOUT)
 

@@ -1101,6 +1101,11 @@ void WorkUcxAll::notifyInFlight() {
 
 void WorkUcxAll::finish(std::exception_ptr error) {
   if (finishing_.exchange(true)) {
+    if (!error && (opType_ == c10d::OpType::RECV || opType_ == c10d::OpType::RECVANYSOURCE)) {
+      // It took its message after it had failed: the next receive from that
+      // rank would take the message after it.
+      health_->fail(std::string(op_) + " #" + std::to_string(seq_) + " took its message after it had failed");
+    }
     return;
   }
   if (error && isCollective()) {

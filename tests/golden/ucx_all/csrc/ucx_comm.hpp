@@ -138,6 +138,10 @@ class UcxComm {
   void abort() { aborted_.store(true); }
   bool aborted() const { return aborted_.load(std::memory_order_relaxed); }
 
+  // The receives posted and not complete (ops.cpp's receiveLater): only one
+  // that waits alone sleeps on events between its tests.
+  std::atomic<int> receivesWaiting{0};
+
   // Gives up on requests of an op that failed: cancels the receives and lets
   // the helper thread progress and free everything once UCX is done with it.
   void abandon(std::vector<UcxRequest> requests);
