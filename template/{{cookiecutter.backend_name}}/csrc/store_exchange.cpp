@@ -231,9 +231,12 @@ std::string StoreExchange::p2pKey(int src, int dst, int tag, uint64_t n) const {
   return key.str();
 }
 
-void StoreExchange::take(at::Tensor& tensor, const std::string& key, int src) {
+void StoreExchange::take(at::Tensor& tensor, int src, int me, int tag) {
+  uint64_t& next = inboxes_[{src, tag}].next;
+  const std::string key = p2pKey(src, me, tag, next);
   Blob blob = std::move(getMessages(receiving(), {key}, sizeof(Header) + tensor.nbytes()).front());
   deleteMessages(receiving(), {key}, {blob.size()});
+  ++next;
   tensor.copy_(decode(std::move(blob), tensor, tensor.numel(), src).view(tensor.sizes()));
 }
 
@@ -562,7 +565,7 @@ std::optional<int> StoreExchange::tryRecv(
       const std::optional<int> from = line.front() == ticket ? arrived(ctx, src, tag, ticket) : std::nullopt;
       if (from) {
         line.pop_front();
-        take(tensor, p2pKey(*from, ctx.group.rank, tag, inboxes_[{*from, tag}].next++), *from);
+        take(tensor, *from, ctx.group.rank, tag);
       }
       return from;
     }

@@ -103,9 +103,9 @@ class StoreExchange {
   void beginExchange(const OpContext& ctx);
   std::string collectiveKey(const OpContext& ctx, const std::string& name);
   std::string p2pKey(int src, int dst, int tag, uint64_t n) const;
-  // Reads and deletes the message under `key`, which has arrived from `src`,
-  // into `tensor`.
-  void take(at::Tensor& tensor, const std::string& key, int src);
+  // Reads and deletes the next message from `src` to `me` with `tag`, which
+  // has arrived, into `tensor`; the one after it is next once it is deleted.
+  void take(at::Tensor& tensor, int src, int me, int tag);
   // The rank whose next message with `tag` the receive `ticket` from `src`
   // may take now: one that has arrived and that no earlier receive matches.
   std::optional<int> arrived(const OpContext& ctx, int src, int tag, uint64_t ticket);
