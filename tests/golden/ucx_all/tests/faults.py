@@ -181,11 +181,7 @@ def _first_receive_waits_for_a_later_one(ctx: Ctx, source: int | None) -> None:
             assert first._source_rank() == 1
         assert early.tolist() == [5.0, 6.0, 7.0, 8.0], early
     else:
-        dist.send(torch.arange(1.0, 5.0), 0, tag=0)
-        answer = torch.zeros(4)
-        dist.recv(answer, 0, tag=2)
-        assert answer.tolist() == [10.0, 20.0, 30.0, 40.0], answer
-        dist.send(torch.arange(5.0, 9.0), 0, tag=1)
+        _send_then_send_again_after_the_answer(first_tag=0, then_tag=1)
 
 
 def receives_match_in_posting_order(ctx: Ctx) -> None:
@@ -210,11 +206,16 @@ def receives_match_in_posting_order(ctx: Ctx) -> None:
         assert second.wait(timeout=short) is True
         assert from_one.tolist() == [5.0, 6.0, 7.0, 8.0], from_one
     else:
-        dist.send(torch.arange(1.0, 5.0), 0, tag=3)
-        answer = torch.zeros(4)
-        dist.recv(answer, 0, tag=2)
-        assert answer.tolist() == [10.0, 20.0, 30.0, 40.0], answer
-        dist.send(torch.arange(5.0, 9.0), 0, tag=3)
+        _send_then_send_again_after_the_answer(first_tag=3, then_tag=3)
+
+
+def _send_then_send_again_after_the_answer(first_tag: int, then_tag: int) -> None:
+    """Rank 1: sends 1..4 with `first_tag`, takes rank 0's answer (tag 2), and only then sends 5..8."""
+    dist.send(torch.arange(1.0, 5.0), 0, tag=first_tag)
+    answer = torch.zeros(4)
+    dist.recv(answer, 0, tag=2)
+    assert answer.tolist() == [10.0, 20.0, 30.0, 40.0], answer
+    dist.send(torch.arange(5.0, 9.0), 0, tag=then_tag)
 
 
 def timed_out_receive_takes_no_message(ctx: Ctx) -> None:
