@@ -366,6 +366,49 @@ def test_check_names_hand_edited_plumbing(run: Cli, out: Path) -> None:
     assert listed == ["csrc/backend.cpp"]
 
 
+def add_an_option(project: Path) -> None:
+    """Add a field to Options and to describeOptions in csrc/ops.hpp, as its README invites."""
+    ops_hpp = project / "csrc" / "ops.hpp"
+    text = ops_hpp.read_text()
+    field = "  bool verbose = false;\n"
+    described = '  field("verbose", &Options::verbose, "report each group created on stderr");\n'
+    assert field in text and described in text
+    ops_hpp.write_text(
+        text.replace(field, field + "  int64_t rails = 1;\n").replace(
+            described, described + '  field("rails", &Options::rails, "network rails to use");\n'
+        )
+    )
+
+
+def test_check_accepts_a_new_option_in_ops_hpp(run: Cli, out: Path) -> None:
+    """csrc/ops.hpp is the user's (their Options and Communicator), like ops.cpp."""
+    assert run("mycpu").exit_code == 0
+    add_an_option(out / "mycpu")
+    result = run("check", "mycpu")
+    assert result.exit_code == 0, result.output
+    assert "up to date" in result.stdout
+
+
+def test_update_merges_a_new_option_in_ops_hpp(tmp_path: Path) -> None:
+    """The user's field and a change of the template's to ops.hpp both survive an update."""
+    project = render_with_cli(["mycpu", "--devices", "cpu"], tmp_path / "out")
+    add_an_option(project)
+    newer = tmp_path / "newer"
+    shutil.copytree(TEMPLATE, newer / "template", ignore=shutil.ignore_patterns("__pycache__"))
+    hpp_template = newer / "template" / "{{cookiecutter.backend_name}}" / "csrc" / "ops.hpp"
+    hpp_template.write_text(hpp_template.read_text() + "// A line the template added.\n")
+    kit = Kit(newer / "template")
+
+    check = check_project(project, kit=kit)
+    assert "csrc/ops.hpp" in check.lagging and not check.edited
+    result = update_project(project, kit=kit)
+    assert {c.path: c.action for c in result.changes}["csrc/ops.hpp"] == "merged"
+    text = (project / "csrc" / "ops.hpp").read_text()
+    assert "  int64_t rails = 1;\n" in text and '"network rails to use"' in text
+    assert text.endswith("// A line the template added.\n")
+    assert check_project(project, kit=kit).up_to_date
+
+
 # -- re-rendering over an existing project ------------------------------------------
 
 

@@ -369,8 +369,8 @@ def check(project: Path) -> None:
         click.echo(f"Cannot tell which files were edited by hand: {result.base_missing}")
     if result.edited:
         click.echo(
-            f"Plumbing files edited by hand (not {' or '.join(USER_FILES)}; an update merges "
-            "them, and may conflict):"
+            f"Plumbing files edited by hand (not {', '.join(USER_FILES[:-1])} or "
+            f"{USER_FILES[-1]}; an update merges them, and may conflict):"
         )
         for name in result.edited:
             click.echo(f"  {name}")

@@ -41,8 +41,9 @@ from new_backend.kits import Kit, base_kit, installed_kit
 from new_backend.merge import merge3, unified_diff
 from new_backend.validate import Answers, change_ops, validate_devices, validate_impl
 
-#: Files that are the user's to edit; every other rendered file is plumbing.
-USER_FILES = ("csrc/ops.cpp", "README.md")
+#: Files that are the user's to edit (the op bodies, their Options and Communicator, the
+#: docs); every other rendered file is plumbing. ``check`` accepts edits to these.
+USER_FILES = ("csrc/ops.cpp", "csrc/ops.hpp", "README.md")
 
 
 @dataclass(frozen=True)
