@@ -274,8 +274,9 @@ def _report(result: GenerationResult) -> None:
 @click.option(
     "--ops",
     metavar="CHANGES",
-    help="Change the ops: '+broadcast,+reduce_scatter' adds, '-allgather' removes, a list "
-    "without signs replaces them.",
+    help="Change the ops: '+broadcast,+reduce_scatter' adds, '-allgather' removes (adding an "
+    "op the project has, or removing one it lacks, changes nothing), a list without signs "
+    "replaces them.",
 )
 @click.option("--devices", type=DEVICE_LIST, help="Register the backend for these devices.")
 @click.option("--impl", type=click.Choice(IMPLEMENTATIONS), help="Change the implementation.")
@@ -311,19 +312,11 @@ def update(
         dry_run=dry_run,
         allow_dirty=allow_dirty,
     )
-    old, new = result.old, result.new
-    changed = [
-        f"{field} {', '.join(a) if isinstance(a, tuple) else a} -> "
-        f"{', '.join(b) if isinstance(b, tuple) else b}"
-        for field, a, b in (
-            ("ops", old.ops, new.ops), ("devices", old.devices, new.devices),
-            ("impl", old.impl, new.impl),
-        )
-        if a != b
-    ]  # fmt: skip
-    answers = f"; {'; '.join(changed)}" if changed else ""
+    answers = "".join(f"; {change}" for change in answer_changes(result.old, result.new))
     verb = "Would update" if dry_run else "Updating"
     click.echo(f"{verb} {project} from {result.base} to {result.theirs}{answers}")
+    for note in result.notes:
+        click.echo(f"  note: {note}")
     if not result.changes:
         click.echo(f"{project} is up to date: nothing to change.")
         return
@@ -342,6 +335,21 @@ def update(
         )
     if not dry_run:
         click.echo(f"Updated {project}: review with 'git diff', then commit.")
+
+
+def answer_changes(old: Answers, new: Answers) -> list[str]:
+    """What an update changes in the answers: ``ops: +broadcast, -allgather``,
+    ``impl: dummy -> store``, ``devices: cpu -> cpu, cuda``."""
+    changes = []
+    ops = [f"+{op}" for op in new.ops if op not in old.ops]
+    ops += [f"-{op}" for op in old.ops if op not in new.ops]
+    if ops:
+        changes.append(f"ops: {', '.join(ops)}")
+    if old.devices != new.devices:
+        changes.append(f"devices: {', '.join(old.devices)} -> {', '.join(new.devices)}")
+    if old.impl != new.impl:
+        changes.append(f"impl: {old.impl} -> {new.impl}")
+    return changes
 
 
 @click.command(cls=OneLineErrors, context_settings=CONTEXT)
