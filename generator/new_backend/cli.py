@@ -23,6 +23,7 @@ from new_backend.exceptions import (
     ConflictError,
     InvalidAnswerError,
     NewBackendError,
+    OutputDirError,
 )
 from new_backend.generate import (
     ANSWERS_FILE,
@@ -145,7 +146,7 @@ CONTEXT = {"help_option_names": ["-h", "--help"]}
     type=click.Path(file_okay=False, path_type=Path),
     default=Path("."),
     show_default=True,
-    help="Folder in which the project folder NAME is created.",
+    help="Folder in which the project folder NAME is created; it must exist.",
 )
 @click.option(
     "--force",
@@ -199,6 +200,10 @@ def cli(
         ).items()
         if v is not None
     }
+    if not (output_dir.exists() or output_dir.is_symlink()):
+        raise OutputDirError(
+            f"output directory {output_dir} does not exist; create it first, or choose another -o"
+        )
     from_file = read_answers(from_answers) if from_answers is not None else {}
     answers = _checked({**defaults, **from_file, **given}, from_answers)
     # Re-rendering an existing project: it is the target even from inside it, and
