@@ -33,6 +33,7 @@ from new_backend.generate import (
     read_answers,
 )
 from new_backend.params import BACKEND_NAME, DEVICE_LIST, LIBRARY_NAME, OP_LIST
+from new_backend.project import Project
 from new_backend.validate import (
     DEFAULT_DEVICES,
     DEFAULT_NAME,
@@ -233,7 +234,7 @@ def _report(result: GenerationResult) -> None:
     a = result.answers
     what = (
         f"backend {a.backend_name!r}, impl {a.impl}, ops {', '.join(a.ops)}; "
-        f"devices {', '.join(a.devices)}"
+        f"devices {', '.join(a.devices)}" + (f"; library {a.library}" if a.library else "")
     )
     if result.dry_run:
         aside = (
@@ -268,6 +269,13 @@ def _report(result: GenerationResult) -> None:
     click.echo(f"Created {result.target} ({what})")
     click.echo("Next:")
     click.echo(f"  cd {result.target}")
+    library = Project(a).user_library
+    if library is not None:
+        v = library.variable
+        click.echo(
+            f"  export {v}_HOME=/path/to/{library.name}   # unless pkg-config {library.name} "
+            f"finds it (PKG_CONFIG_PATH); or {v}_INCLUDE_DIR and {v}_LIBRARY_DIR"
+        )
     click.echo("  pip install --no-build-isolation .")
     click.echo("  pytest tests")
 
