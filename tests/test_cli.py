@@ -11,7 +11,7 @@ import new_backend.generate
 import pytest
 from conftest import Cli
 from cookiecutter.exceptions import CookiecutterException
-from helpers import EXAMPLE_DUMMY, assert_one_line_error, listing, tree
+from helpers import EXAMPLE_DUMMY, assert_one_line_error, listing, run_cli, tree
 from new_backend.catalogue import Catalogue
 
 BAD_NAMES = {
@@ -148,6 +148,7 @@ def test_library_is_recorded_and_kept_by_re_rendering(run: Cli, out: Path) -> No
     result = run("--force", "-o", str(out / "alpha"))
     assert result.exit_code == 0, result.output
     assert tree(out / "alpha") == original
+    (out / "again").mkdir()
     result = run("--from-answers", str(out / "alpha" / ".new-backend.json"), "-o", "again")
     assert result.exit_code == 0, result.output
     assert tree(out / "again" / "alpha") == original
@@ -251,11 +252,67 @@ def test_nothing_is_left_in_the_temp_folder(
     assert listing(isolated["tmp"]) == {}
 
 
-def test_output_dir_option_creates_missing_parents(run: Cli, out: Path) -> None:
+def test_output_dir_option_puts_the_project_in_that_folder(run: Cli, out: Path) -> None:
+    (out / "a" / "b" / "c").mkdir(parents=True)
     result = run("x", "-o", "a/b/c")
     assert result.exit_code == 0, result.output
     assert (out / "a" / "b" / "c" / "x" / ".new-backend.json").is_file()
     assert [p.name for p in (out / "a" / "b" / "c").iterdir()] == ["x"]
+
+
+@pytest.mark.parametrize("dry_run", [(), ("--dry-run",)])
+def test_a_missing_output_dir_is_refused_not_created(
+    run: Cli, out: Path, dry_run: tuple[str, ...]
+) -> None:
+    """A typo in -o must not create a tree of folders."""
+    before = listing(out)
+    line = assert_one_line_error(run("x", "-o", "a/b/c", *dry_run), 2)
+    assert "a/b/c does not exist" in line
+    assert listing(out) == before
+
+
+@pytest.mark.parametrize("where", ["/proc", "/sys/kernel"])
+def test_a_folder_that_refuses_files_says_it_cannot_be_written(run: Cli, where: str) -> None:
+    """/proc answers ENOENT to mkdir: the message must not say "No such file"."""
+    if not Path(where).is_dir():
+        pytest.skip(f"{where} does not exist here")
+    line = assert_one_line_error(run("foo", "-o", where), 2)
+    assert f"the folder {where} cannot be written" in line
+    assert "No such file" not in line
+
+
+@pytest.mark.parametrize(
+    ("args", "cwd"),
+    [
+        (("other",), "proj"),
+        (("--", "update"), "proj"),
+        (("other",), "proj/csrc"),
+        ((), "proj/csrc"),
+        (("proj", "--force"), "proj/tests"),
+        (("other", "--dry-run"), "proj"),
+        (("other", "-o", "csrc"), "proj"),
+        (("other", "-o", "proj/src"), "."),
+    ],
+)
+def test_no_project_is_nested_in_a_project(
+    run: Cli, out: Path, args: tuple[str, ...], cwd: str
+) -> None:
+    """Inside a project (or below one), another render would nest: one line, nothing written."""
+    assert run("proj").exit_code == 0
+    before = listing(out)
+    result = run_cli(args, cwd=out / cwd)
+    line = assert_one_line_error(result, 2)
+    assert f"inside the project {out.resolve() / 'proj'}" in line
+    assert "new-backend update" in line and "-o" in line
+    assert listing(out) == before
+
+
+def test_a_project_can_be_made_from_inside_another_with_o_outside_it(run: Cli, out: Path) -> None:
+    assert run("proj").exit_code == 0
+    result = run_cli(["other", "-o", "../.."], cwd=out / "proj" / "csrc")
+    assert result.exit_code == 0, result.output
+    assert (out / "other" / ".new-backend.json").is_file()
+    assert not (out / "proj" / "other").exists() and not (out / "proj" / "csrc" / "other").exists()
 
 
 def test_existing_target_without_force_is_refused(run: Cli, out: Path) -> None:
@@ -325,6 +382,7 @@ def test_force_replaces_a_file_in_the_way(run: Cli, out: Path) -> None:
 
 
 def test_dry_run_lists_every_file_and_writes_nothing(run: Cli, out: Path, user_file: Path) -> None:
+    (out / "not" / "yet").mkdir(parents=True)
     before = listing(out)
     result = run("x", "--ops", "all", "--dry-run", "-o", "not/yet")
     assert result.exit_code == 0, result.output
@@ -343,6 +401,7 @@ def test_from_answers_re_renders_an_identical_project(run: Cli, out: Path, tmp_p
     original = tree(out / "alpha")
     answers = tmp_path / "answers.json"
     answers.write_bytes(original[".new-backend.json"])
+    (out / "again").mkdir()
     result = run("--from-answers", str(answers), "-o", "again")
     assert result.exit_code == 0, result.output
     assert tree(out / "again" / "alpha") == original
@@ -351,6 +410,8 @@ def test_from_answers_re_renders_an_identical_project(run: Cli, out: Path, tmp_p
 def test_options_override_the_answers_file(run: Cli, out: Path, tmp_path: Path) -> None:
     assert run("alpha", "--ops", "send,recv", "--devices", "cpu").exit_code == 0
     answers = out / "alpha" / ".new-backend.json"
+    (out / "x").mkdir()
+    (out / "y").mkdir()
     result = run("beta", "--from-answers", str(answers), "--devices", "cuda", "-o", "x")
     assert result.exit_code == 0, result.output
     direct = run("beta", "--ops", "send,recv", "--devices", "cuda", "-o", "y")
@@ -358,8 +419,13 @@ def test_options_override_the_answers_file(run: Cli, out: Path, tmp_path: Path) 
     assert tree(out / "x" / "beta") == tree(out / "y" / "beta")
 
 
-def test_the_command_in_the_generated_readme_re_renders_the_project(run: Cli, out: Path) -> None:
-    args = ["my_rdma", "--ops", "reduce_scatter_tensor,irecv,isend", "--devices", "cuda"]
+@pytest.mark.parametrize("library", [(), ("--library", "foo")])
+def test_the_command_in_the_generated_readme_re_renders_the_project(
+    run: Cli, out: Path, library: tuple[str, ...]
+) -> None:
+    args = ["my_rdma", "--ops", "reduce_scatter_tensor,irecv,isend", "--devices", "cuda", *library]
+    (out / "first").mkdir()
+    (out / "again").mkdir()
     assert run(*args, "-o", "first").exit_code == 0
     original = tree(out / "first" / "my_rdma")
     readme = original["README.md"].decode()
@@ -487,3 +553,25 @@ def test_template_failure_leaves_the_output_folder_unchanged(
     line = assert_one_line_error(run(*args), 1)
     assert "simulated template failure" in line
     assert listing(out) == before  # no staging folder, no backup, the user's project intact
+
+
+@pytest.mark.parametrize("impl", ["dummy", "store", "mpi"])
+def test_a_library_project_says_how_to_point_the_build_at_it(
+    run: Cli, out: Path, impl: str
+) -> None:
+    """--library foo: the README's "Generated by" line and Build section, and the printed
+    next steps, name foo and FOO_HOME, FOO_INCLUDE_DIR/FOO_LIBRARY_DIR and PKG_CONFIG_PATH."""
+    result = run("mine", "--impl", impl, "--library", "foo")
+    assert result.exit_code == 0, result.output
+    next_steps = result.stdout.split("Next:\n")[1]
+    for word in ("foo", "FOO_HOME", "FOO_INCLUDE_DIR", "FOO_LIBRARY_DIR", "PKG_CONFIG_PATH"):
+        assert word in next_steps, next_steps
+    assert "library foo" in result.stdout.splitlines()[0]
+    readme = (out / "mine" / "README.md").read_text()
+    intro, build = readme.split("\n## Build\n")[0], readme.split("\n## Build\n")[1]
+    assert "--devices cpu,cuda --library foo\n" in intro
+    build = build.split("\n## ")[0]
+    for word in ("`foo`", "FOO_HOME=", "FOO_INCLUDE_DIR=", "FOO_LIBRARY_DIR=", "PKG_CONFIG_PATH="):
+        assert word in build, word
+    assert run("plain").exit_code == 0
+    assert "--library" not in (out / "plain" / "README.md").read_text()

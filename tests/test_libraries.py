@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -198,3 +199,58 @@ def test_impl_library_given_again_is_linked_once(tmp_path: Path) -> None:
     plain = generate_project("plain", impl="ucx", output_dir=tmp_path / "plain").target
     assert "library" not in json.loads((plain / ".new-backend.json").read_text())
     assert (plain / "setup.py").read_text().replace("plain", "twice") == setup
+
+
+#: Imports the package in a fresh process and prints the ImportError it raises, if any.
+IMPORT = """
+try:
+    import lonely_collectives
+except ImportError as e:
+    print(f"{type(e).__name__}: {e}")
+"""
+
+
+def test_a_missing_library_at_run_time_names_it_and_the_way_out(foo: Path, tmp_path: Path) -> None:
+    """An extension whose libfoo.so is gone: one line naming the backend, libfoo.so, and
+    LD_LIBRARY_PATH, the rebuild and FOO_HOME; not the loader's bare message."""
+    import torch
+
+    project = generate_project("lonely", library="foo", output_dir=tmp_path).target
+    package = project / "src" / "lonely_collectives"
+    (package / "_build_info.py").write_text(f'TORCH_VERSION = "{torch.__version__}"\n')
+    # The extension as the loader sees it: a shared object that needs libfoo.so.
+    source = tmp_path / "c.c"
+    source.write_text("int foo_answer(void);\nint lonely(void) { return foo_answer(); }\n")
+    extension = package / f"_C{sysconfig.get_config_var('EXT_SUFFIX')}"
+    subprocess.run(
+        [CC, "-shared", "-fPIC", str(source), "-Wl,--no-as-needed", f"-L{foo / 'lib'}", "-lfoo",
+         "-o", str(extension)],
+        check=True,
+    )  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", IMPORT],
+        env=clean_env(PYTHONPATH=str(project / "src")),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    lines = done.stdout.splitlines()
+    assert len(lines) == 1, done.stdout + done.stderr
+    line = lines[0]
+    assert line.startswith(
+        "ImportError: the lonely backend (lonely_collectives) cannot load libfoo.so"
+    )
+    for hint in ("LD_LIBRARY_PATH", "pip install --no-build-isolation .", "FOO_HOME"):
+        assert hint in line, line
+    # Found where the build left it, it loads (up to the missing module init).
+    done = subprocess.run(
+        [sys.executable, "-c", IMPORT],
+        env=clean_env(PYTHONPATH=str(project / "src"), LD_LIBRARY_PATH=str(foo / "lib")),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    assert "cannot load libfoo.so" not in done.stdout
+    assert "lonely backend's extension lonely_collectives._C does not load" in done.stdout

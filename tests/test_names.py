@@ -72,3 +72,25 @@ def test_the_collection_check_catches_a_shadowing_test_module(tmp_path: Path) ->
     done = collect(project)
     assert done.returncode != 0, done.stdout
     assert "partially initialized module 'test_collectives'" in done.stderr, done.stderr
+
+
+def test_the_generated_suite_says_why_it_skips(tmp_path: Path) -> None:
+    """``pytest -q`` in a project lists each skip's reason (``-rs`` in its pytest config):
+    without a GPU the CUDA tests skip, and the user is told why."""
+    project = generate_project("mine", output_dir=tmp_path).target
+    collect(project)  # puts the stub extension in place
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_cuda.py"],
+        cwd=project,
+        env={
+            **os.environ,
+            "PYTHONPATH": str(project / "src"),
+            "TORCH_DEVICE_BACKEND_AUTOLOAD": "0",
+        },
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SKIPPED [" in done.stdout, done.stdout
+    assert "needs a GPU" in done.stdout or "built without CUDA" in done.stdout, done.stdout

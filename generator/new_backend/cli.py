@@ -23,6 +23,7 @@ from new_backend.exceptions import (
     ConflictError,
     InvalidAnswerError,
     NewBackendError,
+    OutputDirError,
 )
 from new_backend.generate import (
     ANSWERS_FILE,
@@ -32,6 +33,7 @@ from new_backend.generate import (
     read_answers,
 )
 from new_backend.params import BACKEND_NAME, DEVICE_LIST, LIBRARY_NAME, OP_LIST
+from new_backend.project import Project
 from new_backend.validate import (
     DEFAULT_DEVICES,
     DEFAULT_NAME,
@@ -145,7 +147,7 @@ CONTEXT = {"help_option_names": ["-h", "--help"]}
     type=click.Path(file_okay=False, path_type=Path),
     default=Path("."),
     show_default=True,
-    help="Folder in which the project folder NAME is created.",
+    help="Folder in which the project folder NAME is created; it must exist.",
 )
 @click.option(
     "--force",
@@ -199,6 +201,10 @@ def cli(
         ).items()
         if v is not None
     }
+    if not (output_dir.exists() or output_dir.is_symlink()):
+        raise OutputDirError(
+            f"output directory {output_dir} does not exist; create it first, or choose another -o"
+        )
     from_file = read_answers(from_answers) if from_answers is not None else {}
     answers = _checked({**defaults, **from_file, **given}, from_answers)
     # Re-rendering an existing project: it is the target even from inside it, and
@@ -228,7 +234,7 @@ def _report(result: GenerationResult) -> None:
     a = result.answers
     what = (
         f"backend {a.backend_name!r}, impl {a.impl}, ops {', '.join(a.ops)}; "
-        f"devices {', '.join(a.devices)}"
+        f"devices {', '.join(a.devices)}" + (f"; library {a.library}" if a.library else "")
     )
     if result.dry_run:
         aside = (
@@ -263,6 +269,13 @@ def _report(result: GenerationResult) -> None:
     click.echo(f"Created {result.target} ({what})")
     click.echo("Next:")
     click.echo(f"  cd {result.target}")
+    library = Project(a).user_library
+    if library is not None:
+        v = library.variable
+        click.echo(
+            f"  export {v}_HOME=/path/to/{library.name}   # unless pkg-config {library.name} "
+            f"finds it (PKG_CONFIG_PATH); or {v}_INCLUDE_DIR and {v}_LIBRARY_DIR"
+        )
     click.echo("  pip install --no-build-isolation .")
     click.echo("  pytest tests")
 
@@ -274,8 +287,9 @@ def _report(result: GenerationResult) -> None:
 @click.option(
     "--ops",
     metavar="CHANGES",
-    help="Change the ops: '+broadcast,+reduce_scatter' adds, '-allgather' removes, a list "
-    "without signs replaces them.",
+    help="Change the ops: '+broadcast,+reduce_scatter' adds, '-allgather' removes (adding an "
+    "op the project has, or removing one it lacks, changes nothing), a list without signs "
+    "replaces them.",
 )
 @click.option("--devices", type=DEVICE_LIST, help="Register the backend for these devices.")
 @click.option("--impl", type=click.Choice(IMPLEMENTATIONS), help="Change the implementation.")
@@ -311,19 +325,11 @@ def update(
         dry_run=dry_run,
         allow_dirty=allow_dirty,
     )
-    old, new = result.old, result.new
-    changed = [
-        f"{field} {', '.join(a) if isinstance(a, tuple) else a} -> "
-        f"{', '.join(b) if isinstance(b, tuple) else b}"
-        for field, a, b in (
-            ("ops", old.ops, new.ops), ("devices", old.devices, new.devices),
-            ("impl", old.impl, new.impl),
-        )
-        if a != b
-    ]  # fmt: skip
-    answers = f"; {'; '.join(changed)}" if changed else ""
+    answers = "".join(f"; {change}" for change in answer_changes(result.old, result.new))
     verb = "Would update" if dry_run else "Updating"
     click.echo(f"{verb} {project} from {result.base} to {result.theirs}{answers}")
+    for note in result.notes:
+        click.echo(f"  note: {note}")
     if not result.changes:
         click.echo(f"{project} is up to date: nothing to change.")
         return
@@ -342,6 +348,21 @@ def update(
         )
     if not dry_run:
         click.echo(f"Updated {project}: review with 'git diff', then commit.")
+
+
+def answer_changes(old: Answers, new: Answers) -> list[str]:
+    """What an update changes in the answers: ``ops: +broadcast, -allgather``,
+    ``impl: dummy -> store``, ``devices: cpu -> cpu, cuda``."""
+    changes = []
+    ops = [f"+{op}" for op in new.ops if op not in old.ops]
+    ops += [f"-{op}" for op in old.ops if op not in new.ops]
+    if ops:
+        changes.append(f"ops: {', '.join(ops)}")
+    if old.devices != new.devices:
+        changes.append(f"devices: {', '.join(old.devices)} -> {', '.join(new.devices)}")
+    if old.impl != new.impl:
+        changes.append(f"impl: {old.impl} -> {new.impl}")
+    return changes
 
 
 @click.command(cls=OneLineErrors, context_settings=CONTEXT)
@@ -369,8 +390,8 @@ def check(project: Path) -> None:
         click.echo(f"Cannot tell which files were edited by hand: {result.base_missing}")
     if result.edited:
         click.echo(
-            f"Plumbing files edited by hand (not {' or '.join(USER_FILES)}; an update merges "
-            "them, and may conflict):"
+            f"Plumbing files edited by hand (not {', '.join(USER_FILES[:-1])} or "
+            f"{USER_FILES[-1]}; an update merges them, and may conflict):"
         )
         for name in result.edited:
             click.echo(f"  {name}")

@@ -9,6 +9,8 @@ three-way merge, is :mod:`new_backend.update`.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import shutil
@@ -136,15 +138,36 @@ def locate_target(output_dir: Path, name: str | None) -> tuple[Path, dict | None
     When ``output_dir`` is itself a project of that name (the command runs
     inside the project) the target is ``output_dir``, not a copy nested in it;
     ``name=None`` means whichever project ``output_dir`` is, else the default.
+    Any other render inside a project (another name, or from a folder below
+    one) would nest a project in it: :class:`OutputDirError`.
     """
     here = output_dir / ANSWERS_FILE
     if here.is_file():
         recorded = read_answers(here)
         if name is None or name == recorded["backend_name"]:
             return output_dir.resolve(), recorded
+    project = enclosing_project(output_dir)
+    if project is not None:
+        where = "this folder" if output_dir == Path(".") else str(output_dir)
+        raise OutputDirError(
+            f"{where} is inside the project {project} (it has a {ANSWERS_FILE}): "
+            f"run 'new-backend update {project}' to change that project, or give -o a "
+            "folder outside it to create another one"
+        )
     target = output_dir / (name or DEFAULT_NAME)
     answers_file = target / ANSWERS_FILE
     return target, read_answers(answers_file) if answers_file.is_file() else None
+
+
+def enclosing_project(folder: Path) -> Path | None:
+    """The generated project ``folder`` is in or below (it has an answers file), if any."""
+    with contextlib.suppress(OSError):
+        folder = folder.resolve()
+        for place in (folder, *folder.parents):
+            with contextlib.suppress(OSError):
+                if (place / ANSWERS_FILE).is_file():
+                    return place
+    return None
 
 
 def read_answers(path: str | os.PathLike[str]) -> dict:
@@ -174,8 +197,11 @@ def _check_output_dir(output_dir: Path) -> None:
     try:  # root passes access() on /proc, /sys and read-only mounts: try for real
         tempfile.TemporaryDirectory(prefix=".new-backend-probe-", dir=probe).cleanup()
     except OSError as e:
+        # /proc answers "No such file or directory" for a folder that is there: not the reason
+        why = "" if e.errno == errno.ENOENT else f" ({e.strerror or e})"
         raise OutputDirError(
-            f"output directory {output_dir}: cannot write in {probe} ({e.strerror or e})"
+            f"output directory {output_dir}: the folder {probe} cannot be written{why}; "
+            "choose another -o"
         ) from None
 
 

@@ -149,6 +149,18 @@ class Project:
         return tuple(KNOWN_LIBRARIES.get(name, Library(name)) for name in names)
 
     @property
+    def user_library(self) -> Library | None:
+        """The library ``--library`` names, if any."""
+        return KNOWN_LIBRARIES.get(self.library, Library(self.library)) if self.library else None
+
+    @property
+    def extra_library(self) -> Library | None:
+        """``--library``'s library unless it is the implementation's own (its docs cover it)."""
+        if self.library == IMPL_LIBRARY.get(self.impl):
+            return None
+        return self.user_library
+
+    @property
     def mpi_library(self) -> bool:
         """Whether setup.py needs MPI's own ways of finding a library (mpicc and friends)."""
         return any(library.mpi for library in self.libraries)

@@ -41,8 +41,9 @@ from new_backend.kits import Kit, base_kit, installed_kit
 from new_backend.merge import merge3, unified_diff
 from new_backend.validate import Answers, change_ops, validate_devices, validate_impl
 
-#: Files that are the user's to edit; every other rendered file is plumbing.
-USER_FILES = ("csrc/ops.cpp", "README.md")
+#: Files that are the user's to edit (the op bodies, their Options and Communicator, the
+#: docs); every other rendered file is plumbing. ``check`` accepts edits to these.
+USER_FILES = ("csrc/ops.cpp", "csrc/ops.hpp", "README.md")
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,8 @@ class UpdateResult:
     theirs: str
     changes: tuple[FileUpdate, ...]
     dry_run: bool = False
+    #: What the answers asked for that changed nothing (``+op`` the project has).
+    notes: tuple[str, ...] = ()
 
     @property
     def conflicts(self) -> tuple[FileUpdate, ...]:
@@ -138,9 +141,10 @@ def update_project(
     project = Path(project)
     record = read_record(project)
     old = record.answers
+    notes: list[str] = []
     new = Answers.checked(
         old.backend_name,
-        change_ops(old.ops, ops) if ops is not None else old.ops,
+        change_ops(old.ops, ops, notes) if ops is not None else old.ops,
         validate_devices(devices) if devices is not None else old.devices,
         validate_impl(impl) if impl is not None else old.impl,
         old.library,
@@ -162,8 +166,9 @@ def update_project(
         labels = ("yours", base_label, theirs_kit.label)
         changes = _plan(project, base_dir, theirs_dir, labels, engine)
     result = UpdateResult(
-        project, old, new, base_label, theirs_kit.label, tuple(changes), dry_run=dry_run
-    )
+        project, old, new, base_label, theirs_kit.label, tuple(changes), dry_run=dry_run,
+        notes=tuple(notes),
+    )  # fmt: skip
     if not dry_run:
         _apply(project, result.changes)
     return result

@@ -286,12 +286,16 @@ class Answers:
         return {k: ",".join(v) if isinstance(v, tuple) else v for k, v in data.items()}
 
 
-def change_ops(current: tuple[str, ...], spec: str) -> tuple[str, ...]:
+def change_ops(
+    current: tuple[str, ...], spec: str, notes: list[str] | None = None
+) -> tuple[str, ...]:
     """Apply ``--ops`` of ``new-backend update`` to a project's ops.
 
     ``"+broadcast,+reduce_scatter"`` adds ops, ``"-allgather"`` removes one
     (signs can be mixed); a list without signs replaces the ops, as in
-    ``new-backend --ops``. Returns canonical names in catalogue order.
+    ``new-backend --ops``. Adding an op the project has, or removing one it
+    lacks, changes nothing and says so in ``notes`` (when given). Returns
+    canonical names in catalogue order.
     """
     items = _items("ops", spec)
     signed = [item for item in items if item[:1] in ("+", "-")]
@@ -304,12 +308,17 @@ def change_ops(current: tuple[str, ...], spec: str) -> tuple[str, ...]:
     ops = list(current)
     for item in items:
         (name,) = resolve_ops(item[1:])
-        if item[0] == "+":
-            if name in ops:
-                raise InvalidAnswerError("ops", f"{item!r}: the project already has {name}")
+        if item[0] == "+" and name in ops:
+            _note(notes, f"{item}: the project already has {name}; nothing to add")
+        elif item[0] == "-" and name not in ops:
+            _note(notes, f"{item}: the project does not have {name}; nothing to remove")
+        elif item[0] == "+":
             ops.append(name)
         else:
-            if name not in ops:
-                raise InvalidAnswerError("ops", f"{item!r}: the project does not have {name}")
             ops.remove(name)
     return resolve_ops(ops)
+
+
+def _note(notes: list[str] | None, note: str) -> None:
+    if notes is not None:
+        notes.append(note)

@@ -14,10 +14,13 @@ Once the package is installed, ``import torch`` registers it too (see
 import torch  # noqa: F401  (loads libtorch before the extension)
 import torch.distributed as dist
 
-from ._torch_check import check_torch
+from ._torch_check import check_torch, load_error
 
 check_torch()  # a build for another torch fails here, in one line, not with undefined symbols
-from . import _C  # noqa: E402
+try:
+    from . import _C  # noqa: E402
+except ImportError as e:  # a library it links is missing: name it, and the way out
+    raise ImportError(load_error(e)) from None
 
 __version__ = "0.1.0"
 

@@ -1,13 +1,20 @@
-"""The check, before the C++ extension loads, that it was built for the torch in use.
+"""The check, before the C++ extension loads, that it was built for the torch in use,
+and what to say when it does not load.
 
 An extension built against one torch release fails under another with
 undefined symbols; this says so in one line instead. setup.py records the
-torch of the build in ``_build_info.py``.
+torch of the build in ``_build_info.py``. A library the extension links that
+the loader cannot find (moved, removed) is named in one line too, with the way out.
 """
+
+import re
 
 import torch
 
 REBUILD = "pip install --no-build-isolation ."
+#: The prefixes of the settings that point the build at each library the extension
+#: links (``FOO`` for ``FOO_HOME``; see setup.py).
+LIBRARY_VARIABLES = []
 
 
 def release(version: str) -> str:
@@ -28,3 +35,27 @@ def check_torch() -> None:
             f"store_all_collectives was built against torch {TORCH_VERSION} but this is torch {torch.__version__}:"
             f" rebuild it with `{REBUILD}` in its project folder"
         )
+
+
+def load_error(error: ImportError) -> str:
+    """What to say when the extension ``_C`` does not load: the backend, the library the
+    loader did not find (``libfoo.so: cannot open shared object file``) and the way out."""
+    reason = " ".join(str(error).split())
+    missing = re.match(r"([^\s:]+): cannot open shared object file", reason)
+    if missing is None:
+        return (
+            f"the store_all backend's extension store_all_collectives._C does not load ({reason}):"
+            f" rebuild it with `{REBUILD}` in its project folder"
+        )
+    point = ""
+    if LIBRARY_VARIABLES:
+        homes = " or ".join(f"{v}_HOME" for v in LIBRARY_VARIABLES)
+        point = (
+            f", pointing the build at the library with {homes}=/its/prefix (or"
+            " <NAME>_INCLUDE_DIR and <NAME>_LIBRARY_DIR, or PKG_CONFIG_PATH for pkg-config)"
+        )
+    return (
+        f"the store_all backend (store_all_collectives) cannot load {missing[1]}, a library its"
+        " extension links, which is not where it was at build time: add its folder to"
+        f" LD_LIBRARY_PATH, or rebuild with `{REBUILD}` in its project folder{point}"
+    )
