@@ -127,15 +127,16 @@ UcxComm::~UcxComm() {
   helper_.join();
 
   std::lock_guard<std::mutex> lock(mutex_);
-  // Messages nobody will finish: cancel the receives, then free everything.
+  // Messages nobody will finish: cancel the receives, give the rest a moment,
+  // and free the requests (UCX finishes or drops what is still in flight).
   for (UcxRequest& r : abandoned_) {
     if (r.receive) {
       ucp_request_cancel(worker_, r.request);
     }
     waitBriefly(worker_, r.request, std::chrono::milliseconds(100));
   }
-  abandoned_.clear();
-  // Force-close: peers may be gone, and nothing is in flight any more.
+  // Force-close: peers may be gone. Progress while closing may still move
+  // what is left of those messages.
   ucp_request_param_t closeParams{};
   closeParams.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   closeParams.flags = UCP_EP_CLOSE_FLAG_FORCE;
@@ -144,6 +145,9 @@ UcxComm::~UcxComm() {
   }
   ucp_worker_destroy(worker_);
   ucp_cleanup(context_);
+  // Only now, with the endpoints and the worker gone, may the tensors of
+  // those messages go: until then UCX could read or write them.
+  abandoned_.clear();
 }
 
 UcxRequest UcxComm::send(const at::Tensor& tensor, int dst, uint64_t tag) {
@@ -211,6 +215,17 @@ bool UcxComm::done(UcxRequest& r, ucs_status_t& status) {
   r.senderTag = info.sender_tag;
   r.length = info.length;
   return true;
+}
+
+bool UcxComm::cancel(UcxRequest& r) {
+  if (r.request == nullptr) {
+    return false;  // complete
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  // A receive UCX has not matched is cancelled at once; one it has matched
+  // goes on (or is complete), and check_status says so.
+  ucp_request_cancel(worker_, r.request);
+  return ucp_request_check_status(r.request) != UCS_ERR_CANCELED;
 }
 
 void UcxComm::abandon(std::vector<UcxRequest> requests) {
@@ -374,6 +389,16 @@ bool UcxMessages::test(bool* moved) {
         ctx_.timeout.count(), " ms timeout (has a rank died, or called another op?)");
   }
   return false;
+}
+
+bool UcxMessages::cancelReceives() {
+  bool matched = false;
+  for (size_t i = finished_; i < pending_.size(); ++i) {
+    if (pending_[i].receive && comm_.cancel(pending_[i])) {
+      matched = true;
+    }
+  }
+  return matched;
 }
 
 void UcxMessages::detach() {

@@ -80,6 +80,13 @@ def test_receives_take_messages_in_the_order_they_were_posted():
 def test_a_receive_that_timed_out_takes_no_message():
     run_alone(2, "timed_out_receive_takes_no_message", group_timeout=SHORT_TIMEOUT)
 
+{%- if p.impl == "ucx" %}
+
+
+def test_a_receive_given_up_on_mid_message_never_writes_after_failing():
+    run_alone(2, "receive_given_up_on_mid_message", group_timeout=2.0, env={"UCX_RNDV_THRESH": "inf"})
+{%- endif %}
+
 
 def test_one_sequence_number_per_group():
     run_alone(2, "numbering_across_op_kinds", group_timeout=SHORT_TIMEOUT)

@@ -82,10 +82,23 @@ inline void writeBack(at::Tensor& tensor, const at::Tensor& host) {
 // that none waits out another's slice.
 constexpr auto kReceiveSlice = std::chrono::milliseconds(1);
 
+// Fails the group after the receive of `ctx` gave up on a message UCX had
+// matched already (UCX cannot take one back): the next receive from that
+// sender would take the message after it.
+[[noreturn]] inline void failMidMessage(const OpContext& ctx, int src, const char* what) {
+  const std::string why = std::string(ctx.op) + " #" + std::to_string(ctx.seq) + " from " +
+      (src < 0 ? std::string("any rank") : "rank " + std::to_string(src)) + " " + what +
+      ": a later receive would take the message after it";
+  ctx.failGroup(why);
+  TORCH_CHECK(false, why);
+}
+
 // Receives into `tensor` the message with `tag` from `src` (-1: from any
 // rank) and completes later, so that the receive never holds up those posted
 // after it; the sender's rank goes to *ctx.source. What the receive needs
-// outlives the op's body.
+// outlives the op's body. UCX receives into a buffer of the op's own, copied
+// into `tensor` once the whole message is there, unless the op failed first:
+// a message UCX has matched keeps arriving after the receive gave up on it.
 inline void receiveLater(const OpContext& ctx, at::Tensor& tensor, int src, int tag) {
   struct Pending {
     Pending(const OpContext& context, UcxComm& comm, at::Tensor host)
@@ -98,15 +111,31 @@ inline void receiveLater(const OpContext& ctx, at::Tensor& tensor, int src, int 
     std::atomic<int>& waiting;
     UcxMessages messages;  // declared last: destroyed first, while ctx lives
   };
-  auto pending = std::make_shared<Pending>(ctx, ucx(ctx), onHost(tensor));
+  auto pending = std::make_shared<Pending>(ctx, ucx(ctx), at::empty(tensor.sizes(), tensor.options().device(at::kCPU)));
   pending->messages.recvTagged(pending->data, src, tag);
-  ctx.completeLater([pending, tensor]() mutable {
-    const bool alone = pending->waiting.load(std::memory_order_relaxed) == 1;
-    if (!pending->messages.waitFor(alone ? kReceiveSlice : std::chrono::milliseconds(0))) {
+  ctx.completeLater([pending, tensor, src]() mutable {
+    const OpContext& ctx = pending->ctx;
+    TORCH_CHECK(tensor.defined(), "the receive was given up on already");
+    bool complete = false;
+    try {
+      const bool alone = pending->waiting.load(std::memory_order_relaxed) == 1;
+      complete = pending->messages.waitFor(alone ? kReceiveSlice : std::chrono::milliseconds(0));
+    } catch (...) {
+      tensor = at::Tensor();  // given up on: never touched again
+      if (pending->messages.cancelReceives()) {
+        failMidMessage(ctx, src, "gave up (timed out or aborted) while its message, which UCX had matched, was arriving");
+      }
+      throw;
+    }
+    if (!complete) {
       return false;
     }
-    writeBack(tensor, pending->data);
-    *pending->ctx.source = pending->messages.source();
+    if (ctx.cancelled.load() || ctx.group.aborted.load()) {
+      tensor = at::Tensor();  // it failed meanwhile (its caller stopped waiting, or it was aborted)
+      failMidMessage(ctx, src, "failed, and then its message arrived");
+    }
+    tensor.copy_(pending->data);
+    *ctx.source = pending->messages.source();
     return true;
   });
 }

@@ -142,6 +142,11 @@ class UcxComm {
   // that waits alone sleeps on events between its tests.
   std::atomic<int> receivesWaiting{0};
 
+  // Cancels the receive `r` unless UCX has matched a message to it already.
+  // Returns true when it had: the message goes on arriving into r.tensor, and
+  // the next receive that would have matched it takes the one after it.
+  bool cancel(UcxRequest& r);
+
   // Gives up on requests of an op that failed: cancels the receives and lets
   // the helper thread progress and free everything once UCX is done with it.
   void abandon(std::vector<UcxRequest> requests);
@@ -210,6 +215,11 @@ class UcxMessages {
   int source() const {
     return lastSource_;
   }
+
+  // Cancels the posted receives that are not complete (UcxComm::cancel), for
+  // an op that gives up. True when one of them had matched its message
+  // already: that message is lost to the receives after it.
+  bool cancelReceives();
 
   // Leaves the sends to complete on their own (a send of a copy that
   // nobody waits for).

@@ -243,6 +243,52 @@ def timed_out_receive_takes_no_message(ctx: Ctx) -> None:
         dist.send(torch.full((4,), 2.0), 0, tag=9)
 
 
+def receive_given_up_on_mid_message(ctx: Ctx, count: int = 32 << 20) -> None:
+    """Rank 0's recv reaches its deadline while its message, already matched, is half-way in.
+
+    Rank 1 sends 128 MiB and at once stops itself (SIGSTOP) for longer than
+    the group's timeout. The message goes eagerly (the test sets
+    UCX_RNDV_THRESH=inf), fragment by fragment, so rank 0's receive has taken
+    its first fragments and waits for the rest. The receive completes with
+    the whole message, or it fails: then its tensor never changes after the
+    failure (not when rank 1 goes on sending), and since the message is gone
+    (the next receive from rank 1 would take the one after it) every later op
+    of the group fails, saying so.
+    """
+    if not {"send", "recv"} <= ctx.ops:
+        raise Skip("needs send and recv")
+    assert ctx.world == 2, "a case for two ranks"
+    timeout = _timeout_s()
+    sync = _sync_group()
+    group = dist.new_group(ctx.ranks, timeout=timedelta(seconds=timeout))
+    dist.barrier(group=sync)
+    if ctx.index == 1:
+        time.sleep(0.3)  # rank 0's receive is posted
+        subprocess.Popen(["sh", "-c", f"sleep {timeout + 2}; kill -CONT {os.getpid()}"])
+        dist.isend(torch.ones(count), 0, group=group, tag=5)
+        os.kill(os.getpid(), signal.SIGSTOP)
+        dist.barrier(group=sync)  # resumed: the rest of the message goes now
+        dist.barrier(group=sync)
+    else:
+        got = torch.zeros(count)
+        error = None
+        try:
+            dist.recv(got, 1, group=group, tag=5)
+        except RuntimeError as e:
+            error, at_failure = e, got.clone()
+        dist.barrier(group=sync)
+        time.sleep(2)  # rank 1 sends the rest of its message meanwhile
+        dist.barrier(group=sync)
+        if error is None:
+            assert torch.equal(got, torch.ones(count)), "a recv completed with part of its message"
+        else:
+            assert f"Backend {BACKEND} (rank 0): recv #" in str(error), error
+            assert torch.equal(got, at_failure), "the failed recv wrote its tensor after it had failed"
+            with pytest.raises(RuntimeError, match=rf"recv #\d+: {UNUSABLE}"):
+                dist.recv(torch.zeros(4), 1, group=group, tag=6)
+    dist.destroy_process_group(group)
+
+
 def numbering_across_op_kinds(ctx: Ctx) -> None:
     """One sequence number per group: a receive and a collective never share one."""
     if not {"recv", "allreduce"} <= ctx.ops:
