@@ -1,138 +1,185 @@
 // The plumbing of BackendMpiAll: see backend.hpp. The op bodies are in ops.cpp.
 #include "backend.hpp"
 
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <cstdlib>
-#include <optional>
+#include <deque>
 #include <sstream>
+#include <thread>
 #include <type_traits>
 #include <utility>
-
-#ifdef WITH_CUDA
-#include <c10/cuda/CUDACachingAllocator.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#include <cuda_runtime_api.h>
-#endif
 
 namespace mpi_all_collectives {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-// How long a caller spins for its op before sleeping on the condition
-// variable: long enough to catch a small op, short enough not to matter.
-constexpr auto kWaitSpin = std::chrono::microseconds(50);
-constexpr auto kMaxWorkerSpin = std::chrono::microseconds(100);
-// How long wait() gives a body that reached its deadline to report why.
-constexpr auto kReportGrace = std::chrono::milliseconds(500);
-// How long destroying the group waits for an op body to notice and return.
+// An op that has not completed this long after its deadline is failed and
+// dropped by the runtime; until then its body may report why it timed out.
+constexpr auto kGrace = std::chrono::seconds(1);
+// How long destroying the group waits for a queue's thread to exit.
 constexpr auto kStopGrace = std::chrono::milliseconds(5000);
-// An op a body completes later (OpContext::completeLater: MPI's requests, the
-// store's receive from any source) moves on only while it is polled, so the
-// worker polls the ops in flight, yielding between polls, for as long as they
-// are likely to take: twice what the ops in flight took lately, within these
-// bounds. After that it sleeps between polls, from kFirstPollPause doubling up
-// to kMaxPollPause, until an op completes or another is queued (push() wakes
-// it).
-constexpr auto kMinPollSpin = std::chrono::microseconds(200);
-constexpr auto kMaxPollSpin = std::chrono::milliseconds(100);
-constexpr auto kFirstPollPause = std::chrono::microseconds(50);
-constexpr auto kMaxPollPause = std::chrono::microseconds(1000);
-// Where any thread may poll (kBodiesOnlyStart), a caller waiting for an op in
-// flight polls it itself (Work::wait), as a blocking MPI call would, yielding
-// between polls, for kDriveFactor times what the group's ops in flight took
-// lately (from kMinDriveSpin to kMaxDriveSpin): a collective moves only while
-// every rank polls, so a rank that sleeps early stalls its peers too.
-// Meanwhile the worker leaves that op alone, and looks at its queue only every
-// kAsidePause, unless the caller leaves with the op unfinished or a queued op
-// may start.
-constexpr int kDriveFactor = 4;
-constexpr auto kMinDriveSpin = std::chrono::milliseconds(1);
-constexpr auto kMaxDriveSpin = std::chrono::seconds(1);
-constexpr auto kAsidePause = std::chrono::milliseconds(10);
-// An op started on the caller's thread is pushed to the worker without waking
-// it: its caller usually completes it itself (Work::wait). So while such ops
-// keep coming, the idle worker dozes, looking at its queue every kDozeTick
-// (an op nobody waits for is polled after that long at most), and only after
-// kDozeFor without a push sleeps until push() wakes it.
-constexpr auto kDozeTick = std::chrono::microseconds(1000);
-constexpr auto kDozeFor = std::chrono::milliseconds(100);
 
-inline void cpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
-
-// Spinning pays only while the core has nothing else to run. A spinning
-// thread yields between polls, so that on a machine with more ranks than
-// cores the peer it waits for runs at once. But on a core that other
-// programs keep busy, one yield waits out every other runnable thread's time
-// slice (milliseconds, under Linux's EEVDF scheduler). So when a yield takes
-// longer than kSlowYield, spinUntil() stops spinning in every thread of this
-// process for kNoSpinFor (its callers sleep on a condition variable instead),
-// then tries again.
-constexpr auto kSlowYield = std::chrono::microseconds(500);
-constexpr auto kNoSpinFor = std::chrono::seconds(1);
-std::atomic<Clock::rep> noSpinUntil{0};
-
-bool spinningPays() {
-  return Clock::now().time_since_epoch().count() >= noSpinUntil.load(std::memory_order_relaxed);
-}
-
-// Yields the core; false if that took so long that waits should sleep instead.
-bool yieldQuickly() {
-  const auto before = Clock::now();
-  std::this_thread::yield();
-  const auto after = Clock::now();
-  if (after - before < kSlowYield) {
-    return true;
-  }
-  noSpinUntil.store((after + kNoSpinFor).time_since_epoch().count(), std::memory_order_relaxed);
-  return false;
-}
-
-// Spins until `done()` or `budget` has passed, yielding between polls after
-// the first few, or until spinning stops paying; returns done().
-template <typename Done>
-bool spinUntil(Done done, Clock::duration budget) {
-  const auto until = Clock::now() + budget;
-  for (int polls = 0;; ++polls) {
-    if (done()) {
-      return true;
-    }
-    if (polls < 16) {
-      cpuRelax();
-      continue;
-    }
-    if (((polls & 7) == 0 && Clock::now() > until) || !spinningPays() || !yieldQuickly()) {
-      return done();
-    }
-  }
-}
-
-// Counts a running op body for as long as it exists.
-class Running {
+// How a thread waits for what moves only while someone polls it (an op in
+// flight: a collective moves only while every rank polls), or for another
+// thread: first a few pause instructions, then yields for `yieldFor` (on a
+// machine with more ranks than cores the peer it waits for runs at once),
+// then sleeps, from 50 us doubling to 1 ms, through `sleep`, which whatever
+// it waits for can interrupt. On a core that other programs keep busy one
+// yield waits out their time slices (milliseconds): a yield that slow ends
+// the yielding.
+class Backoff {
  public:
-  explicit Running(std::atomic<int>& count) : count_(count) {
-    count_.fetch_add(1);
+  explicit Backoff(Clock::duration yieldFor) : yieldUntil_(Clock::now() + yieldFor) {}
+
+  template <typename Sleep>
+  void pause(Sleep&& sleep) {
+    if (++polls_ <= 16) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#elif defined(__aarch64__)
+      asm volatile("yield");
+#endif
+      return;
+    }
+    const auto before = Clock::now();
+    if (before < yieldUntil_) {
+      std::this_thread::yield();
+      if (Clock::now() - before > std::chrono::microseconds(500)) {
+        yieldUntil_ = before;
+      }
+      return;
+    }
+    sleep(nap_);
+    nap_ = std::min<Clock::duration>(2 * nap_, std::chrono::milliseconds(1));
   }
-  ~Running() {
-    count_.fetch_sub(1);
-  }
-  Running(const Running&) = delete;
-  Running& operator=(const Running&) = delete;
 
  private:
-  std::atomic<int>& count_;
+  Clock::time_point yieldUntil_;
+  int polls_ = 0;
+  Clock::duration nap_ = std::chrono::microseconds(50);
 };
+
+// How long a thread polling an op in flight yields before it sleeps: about
+// four times as long as the queue's ops in flight took lately.
+Clock::duration pollBudget(const std::atomic<int64_t>& latelyNs) {
+  return std::clamp<Clock::duration>(
+      4 * std::chrono::nanoseconds(latelyNs.load(std::memory_order_relaxed)),
+      std::chrono::milliseconds(1),
+      std::chrono::seconds(1));
+}
+
+// The threads that complete futures, so run their callbacks, and fail ops
+// past their deadline and grace; shared by every group of the process. A
+// callback may issue ops and wait for them (DDP's comm hooks do), and block
+// while it waits: so no callback runs on a queue's thread, and one of these
+// threads is always idle. The one that takes the last idle thread's place
+// starts another first; spares leave after a minute idle.
+class Runtime {
+ public:
+  static Runtime& get() {
+    static const bool forkSafe = [] {
+      // A forked child has none of its parent's threads: it starts afresh.
+      pthread_atfork(nullptr, nullptr, [] { instance = new Runtime(); });
+      return true;
+    }();
+    (void)forkSafe;
+    return *instance;
+  }
+
+  // Runs `job` on an idle thread.
+  void post(std::function<void()> job) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    jobs_.push_back(std::move(job));
+    wakeOrStart();
+  }
+
+  // Fails `work` (Work::expire) once its giveUpAt() passed, unless it is done by then.
+  void watch(const c10::intrusive_ptr<WorkMpiAll>& work) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const bool first = deadlines_.empty() || work->giveUpAt() < deadlines_.begin()->first;
+    deadlines_.emplace(work->giveUpAt(), work);
+    if (first) {
+      wakeOrStart();
+    }
+  }
+
+  void unwatch(const WorkMpiAll& work) {
+    c10::intrusive_ptr<WorkMpiAll> last;  // dropped outside the lock
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto [from, to] = deadlines_.equal_range(work.giveUpAt());
+    for (auto it = from; it != to; ++it) {
+      if (it->second.get() == &work) {
+        last = std::move(it->second);
+        deadlines_.erase(it);
+        break;
+      }
+    }
+  }
+
+ private:
+  static Runtime* instance;
+
+  void wakeOrStart() {
+    if (idle_ > 0) {
+      wake_.notify_one();
+      return;
+    }
+    ++idle_;
+    std::thread([this] { loop(); }).detach();
+  }
+
+  void loop() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    auto idleSince = Clock::now();
+    for (;;) {
+      std::function<void()> job;
+      c10::intrusive_ptr<WorkMpiAll> late;
+      const auto now = Clock::now();
+      if (!jobs_.empty()) {
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      } else if (!deadlines_.empty() && deadlines_.begin()->first <= now) {
+        late = std::move(deadlines_.begin()->second);
+        deadlines_.erase(deadlines_.begin());
+      } else if (idle_ > 2 && now - idleSince > std::chrono::minutes(1)) {
+        --idle_;
+        return;
+      } else {
+        const auto until = deadlines_.empty() ? now + std::chrono::minutes(1) : deadlines_.begin()->first;
+        wake_.wait_until(lock, until);
+        continue;
+      }
+      if (--idle_ == 0) {
+        wakeOrStart();
+      }
+      lock.unlock();
+      if (job) {
+        job();
+        job = nullptr;  // whatever it held goes outside the lock
+      } else {
+        late->expire();
+        late.reset();
+      }
+      lock.lock();
+      ++idle_;
+      idleSince = Clock::now();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::function<void()>> jobs_;
+  std::multimap<Clock::time_point, c10::intrusive_ptr<WorkMpiAll>> deadlines_;
+  int idle_ = 0;  // threads not running a job, and any starting
+};
+
+Runtime* Runtime::instance = new Runtime();  // never destroyed: its threads may outlive exit()
 
 std::string errorMessage(const std::exception_ptr& error) {
   try {
@@ -396,56 +443,6 @@ class Check {
 
 } // namespace
 
-#ifdef WITH_CUDA
-// A CUDA event that orders streams (no timing). Only c10's CUDA headers and
-// the CUDA runtime are needed, not ATen's (which want the CUDA math libraries).
-class StreamEvent {
- public:
-  explicit StreamEvent(c10::DeviceIndex device) {
-    const c10::cuda::CUDAGuard onDevice(device);
-    C10_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
-  }
-  StreamEvent(const StreamEvent&) = delete;
-  StreamEvent& operator=(const StreamEvent&) = delete;
-  ~StreamEvent() {
-    cudaEventDestroy(event_);
-  }
-
-  // The event happens when `stream` reaches this point.
-  void record(const c10::cuda::CUDAStream& stream) {
-    C10_CUDA_CHECK(cudaEventRecord(event_, stream.stream()));
-  }
-
-  // Work queued on `stream` from now on waits for the event.
-  void block(const c10::cuda::CUDAStream& stream) const {
-    C10_CUDA_CHECK(cudaStreamWaitEvent(stream.stream(), event_, 0));
-  }
-
- private:
-  cudaEvent_t event_ = nullptr;
-};
-#endif
-
-// How an op on CUDA tensors meets the streams around it. The op runs on the
-// worker thread, on the backend's stream for the device, once the caller's
-// stream has reached the call (`ready`); `done` marks its end on the backend's
-// stream, and wait() makes the caller's stream wait for it. So results are
-// ordered as with NCCL, and the caller's thread never blocks on the GPU.
-struct CudaOp {
-#ifdef WITH_CUDA
-  CudaOp(c10::Device device, c10::Stream stream)
-      : device(device),
-        stream(c10::cuda::CUDAStream(c10::cuda::CUDAStream::UNCHECKED, stream)),
-        ready(device.index()),
-        done(device.index()) {}
-
-  c10::Device device;
-  c10::cuda::CUDAStream stream;
-  StreamEvent ready;
-  StreamEvent done;
-#endif
-};
-
 const char* reductionName(Reduction op) {
   switch (op) {
     case Reduction::kSum: return "SUM";
@@ -491,6 +488,26 @@ void OpContext::failGroup(const std::string& why) const {
 Library::Library(std::shared_ptr<Bootstrap> store, std::shared_ptr<Communicator> comm)
     : store_(std::move(store)), comm_(std::move(comm)) {}
 
+bool Library::take() {
+  if ((users_.fetch_add(1) & kClosed) == 0) {
+    return true;
+  }
+  release();
+  return false;
+}
+
+void Library::release() {
+  if (users_.fetch_sub(1) - 1 == kClosed) {
+    finalize();
+  }
+}
+
+void Library::close() {
+  if (users_.fetch_or(kClosed) == 0) {
+    finalize();
+  }
+}
+
 void Library::abort() {
   if (!aborted_.exchange(true)) {
     try {
@@ -510,6 +527,523 @@ void Library::finalize() {
     }
   }
 }
+
+namespace {
+
+// The title an op has in torch.profiler, "NAME:OP", kept for the process's
+// life (c10d::Work's profiling keeps the pointer).
+const char* profilingTitle(const char* op) {
+  static std::mutex mutex;
+  static std::map<std::string, std::string> titles;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::string& title = titles[op];
+  if (title.empty()) {
+    title = std::string("mpi_all:") + op;
+  }
+  return title.c_str();
+}
+
+} // namespace
+
+// ---------------------------------------------------------------------------
+// WorkQueue
+
+struct WorkQueue::State {
+  void loop();
+  // Polls the ops in flight once each (but those their callers poll); forgets
+  // those that are over. Returns whether any was.
+  bool poll(std::vector<c10::intrusive_ptr<WorkMpiAll>>& inFlight, bool stopping);
+  // Wakes the worker, waiting for `wake`, if `why`.
+  void wakeIf(bool why) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      why = why && waiting;
+    }
+    if (why) {
+      wake.notify_one();
+    }
+  }
+
+  std::mutex mutex;
+  std::condition_variable wake;    // the worker's: an op was pushed, a caller left one, stop
+  std::condition_variable exited;  // stop()'s: the worker left its loop
+  std::deque<c10::intrusive_ptr<WorkMpiAll>> queued;    // ops to run, in order
+  std::vector<c10::intrusive_ptr<WorkMpiAll>> started;  // ops in flight, started elsewhere
+  std::thread thread;
+  bool running = false;  // the thread is in loop()
+  bool stopping = false;
+  bool waiting = false;  // the worker waits for `wake`
+  bool pushed = false;   // since the worker last looked
+  bool busy = false;     // the worker runs a body
+  std::atomic<int> unfinishedCollectives{0};  // issued to this queue
+  std::atomic<int64_t> latelyNs{200'000};     // how long ops in flight took lately
+};
+
+WorkQueue::WorkQueue() : state_(std::make_shared<State>()) {}
+
+WorkQueue::~WorkQueue() {
+  stop(kStopGrace);
+}
+
+void WorkQueue::push(const c10::intrusive_ptr<WorkMpiAll>& work) {
+  State& s = *state_;
+  std::unique_lock<std::mutex> lock(s.mutex);
+  if (s.stopping) {
+    // The op started on the caller's thread as the group was destroyed: it
+    // fails, and this thread polls it until it gives up.
+    lock.unlock();
+    work->finish(backendError(work->describe() + ": aborted, the process group was destroyed"));
+    Backoff backoff(std::chrono::milliseconds(1));
+    while (!work->tryPoll()) {
+      backoff.pause([](Clock::duration nap) { std::this_thread::sleep_for(nap); });
+    }
+    return;
+  }
+  if (!s.running) {
+    s.running = true;
+    s.thread = std::thread([state = state_] { state->loop(); });  // the thread owns the state
+  }
+  (work->inFlight() ? s.started.push_back(work) : s.queued.push_back(work));
+  s.pushed = true;
+  const bool wake = s.waiting;
+  lock.unlock();
+  if (wake) {
+    s.wake.notify_one();
+  }
+}
+
+bool WorkQueue::idle() const {
+  const State& s = *state_;
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return !s.stopping && s.queued.empty() && !s.busy && s.unfinishedCollectives.load() == 0;
+}
+
+void WorkQueue::stop(std::chrono::milliseconds grace) {
+  State& s = *state_;
+  std::deque<c10::intrusive_ptr<WorkMpiAll>> cancelled;
+  std::thread thread;  // only the first stop() gets it
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.stopping = true;
+    cancelled.swap(s.queued);
+    thread = std::move(s.thread);
+  }
+  s.wake.notify_one();
+  for (auto& work : cancelled) {
+    work->finish(backendError(work->describe() + ": cancelled, the process group was destroyed before it ran"));
+  }
+  if (!thread.joinable()) {
+    return;
+  }
+  // No callback runs on a queue's thread, and no op body destroys its group.
+  TORCH_INTERNAL_ASSERT(thread.get_id() != std::this_thread::get_id(), "a queue stopped from its own thread");
+  std::unique_lock<std::mutex> lock(s.mutex);
+  if (s.exited.wait_for(lock, grace, [&s] { return !s.running; })) {
+    lock.unlock();
+    thread.join();
+    return;
+  }
+  thread.detach();  // it finalizes the library when its last op lets go
+  TORCH_WARN(
+      "Backend mpi_all: an op did not give up within ", grace.count(),
+      " ms of the process group's destruction; its thread is left to finish it");
+}
+
+void WorkQueue::State::loop() {
+  std::vector<c10::intrusive_ptr<WorkMpiAll>> inFlight;  // this thread's alone
+  std::optional<Backoff> backoff;
+  for (;;) {
+    c10::intrusive_ptr<WorkMpiAll> next;
+    bool stop = false;
+    {
+      std::unique_lock<std::mutex> lock(mutex);
+      inFlight.insert(inFlight.end(), started.begin(), started.end());
+      started.clear();
+      pushed = false;
+      // A group's collectives run one at a time, in order (a later one may
+      // use the tensors of one in flight); sends and receives do not wait.
+      const bool blocked = std::any_of(inFlight.begin(), inFlight.end(), [](const auto& work) {
+        return work->isCollective() && work->inFlight();
+      });
+      if (!queued.empty() && !blocked) {
+        next = std::move(queued.front());
+        queued.pop_front();
+        busy = true;
+      } else if (inFlight.empty() && stopping) {
+        running = false;
+        exited.notify_all();
+        return;
+      } else if (inFlight.empty() || (!stopping && std::all_of(inFlight.begin(), inFlight.end(), [](const auto& work) {
+                                         return work->awaited();
+                                       }))) {
+        // Idle, or every op in flight is polled by its caller (who wakes
+        // this thread on leaving one unfinished).
+        waiting = true;
+        if (inFlight.empty()) {
+          wake.wait(lock);
+        } else {
+          wake.wait_for(lock, std::chrono::milliseconds(10));
+        }
+        waiting = false;
+        continue;
+      }
+      stop = stopping;
+    }
+    if (next) {
+      next->run();
+      if (next->inFlight()) {
+        inFlight.push_back(std::move(next));
+      }
+      next.reset();  // the op's last reference may go here, outside the lock
+      std::lock_guard<std::mutex> lock(mutex);
+      busy = false;
+      backoff.reset();
+      continue;
+    }
+    if (poll(inFlight, stop)) {
+      backoff.reset();
+      continue;
+    }
+    if (!backoff) {
+      backoff.emplace(pollBudget(latelyNs));
+    }
+    backoff->pause([this](Clock::duration nap) {
+      std::unique_lock<std::mutex> lock(mutex);
+      if (!pushed && !stopping) {
+        waiting = true;
+        wake.wait_for(lock, nap);
+        waiting = false;
+      }
+    });
+  }
+}
+
+bool WorkQueue::State::poll(std::vector<c10::intrusive_ptr<WorkMpiAll>>& inFlight, bool stopping) {
+  const auto over = std::remove_if(inFlight.begin(), inFlight.end(), [stopping](const auto& work) {
+    return !work->inFlight() || ((stopping || !work->awaited()) && work->tryPoll());
+  });
+  const bool any = over != inFlight.end();
+  inFlight.erase(over, inFlight.end());
+  return any;
+}
+
+// ---------------------------------------------------------------------------
+// WorkMpiAll
+
+WorkMpiAll::WorkMpiAll(
+    std::shared_ptr<Group> group,
+    std::shared_ptr<Health> health,
+    std::shared_ptr<Library> library,
+    std::shared_ptr<WorkQueue::State> queue,
+    c10d::OpType type,
+    const char* op,
+    const char* profilingTitle,
+    std::chrono::milliseconds timeout,
+    c10::IValue outputs,
+    Body body,
+    std::shared_ptr<DeviceOp> device)
+    : c10d::Work(group->rank, type, profilingTitle),
+      group_(std::move(group)),
+      health_(std::move(health)),
+      library_(std::move(library)),
+      queue_(std::move(queue)),
+      op_(op),
+      timeout_(timeout),
+      deadline_(Clock::now() + timeout),
+      outputs_(std::move(outputs)),
+      device_(std::move(device)),
+      body_(std::move(body)) {}
+
+bool WorkMpiAll::isCollective() const {
+  return !c10d::isP2POp(opType_);
+}
+
+std::string WorkMpiAll::describe() const {
+  std::ostringstream out;
+  out << "Backend " << group_->backend << " (rank " << group_->rank << "): " << op_ << " #" << seq_;
+  return out.str();
+}
+
+Clock::time_point WorkMpiAll::giveUpAt() const {
+  return deadline_ + kGrace;
+}
+
+std::exception_ptr WorkMpiAll::refusal() const {
+  if (group_->aborted.load()) {
+    return backendError(describe() + ": cancelled, the process group was destroyed before it ran");
+  }
+  if (std::exception_ptr refused = health_->refuse(describe())) {
+    return refused;
+  }
+  if (Clock::now() > deadline_) {
+    return backendError(
+        describe() + ": could not start within its " + std::to_string(timeout_.count()) +
+        " ms timeout (the ops queued before it took that long)");
+  }
+  return nullptr;
+}
+
+void WorkMpiAll::run() {
+  if (cancelled_.load()) {
+    return;  // aborted or failed while queued: its body never runs
+  }
+  std::exception_ptr error = refusal();
+  if (!error && !library_->take()) {
+    error = backendError(describe() + ": cancelled, the process group was destroyed before it ran");
+  }
+  if (!error) {
+    holdsLibrary_ = true;
+    started_ = Clock::now();
+    try {
+      const c10::OptionalStreamGuard onStream(stream());
+      if (device_) {
+        device_->ready.block(device_->stream);
+      }
+      const OpContext ctx{
+          *group_, library_->comm(), op_, seq_, collective_, deadline_, timeout_,
+          cancelled_, &later_, &sourceRank_, *health_};
+      body_(ctx, *this);
+    } catch (...) {
+      error = backendError(describe() + " failed: " + errorMessage(std::current_exception()));
+      later_ = nullptr;
+    }
+  }
+  body_ = nullptr;  // drops the tensors the body captured
+  if (later_) {
+    inFlight_.store(true, std::memory_order_release);
+    if (kBodiesOnlyStart) {
+      { std::lock_guard<std::mutex> lock(mutex_); }  // a caller asleep in await() sees it in flight
+      cv_.notify_all();
+    }
+    return;
+  }
+  release();
+  finish(error);
+}
+
+bool WorkMpiAll::tryPoll() {
+  if (!inFlight() || polling_.exchange(true, std::memory_order_acquire)) {
+    return !inFlight();
+  }
+  bool completed = false;
+  bool dropped = false;
+  std::exception_ptr error;
+  if (!inFlight_.load(std::memory_order_relaxed)) {
+    // Another thread saw it complete just now.
+  } else if (cancelled_.load() && Clock::now() > giveUpAt()) {
+    dropped = true;  // it failed, and its done function did not give up in time
+  } else {
+    try {
+      const c10::OptionalStreamGuard onStream(stream());
+      completed = later_();
+    } catch (...) {
+      error = backendError(describe() + " failed: " + errorMessage(std::current_exception()));
+      completed = true;
+    }
+  }
+  if (completed || dropped) {
+    // A wait for a late peer counts as no longer than its polling budget.
+    const auto took = std::min<Clock::duration>(Clock::now() - started_, pollBudget(queue_->latelyNs));
+    queue_->latelyNs.store(
+        (queue_->latelyNs.load(std::memory_order_relaxed) + std::chrono::nanoseconds(took).count()) / 2,
+        std::memory_order_relaxed);
+    inFlight_.store(false, std::memory_order_release);
+    release();
+  }
+  polling_.store(false, std::memory_order_release);
+  if (completed) {
+    finish(error);
+  }
+  return !inFlight();
+}
+
+void WorkMpiAll::release() {
+  later_ = nullptr;  // the done function, and what it holds, before the library goes
+  if (holdsLibrary_) {
+    holdsLibrary_ = false;
+    library_->release();
+  }
+}
+
+void WorkMpiAll::finish(std::exception_ptr error) {
+  c10::intrusive_ptr<c10::ivalue::Future> future;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (completed_) {
+      if (!error && (opType_ == c10d::OpType::RECV || opType_ == c10d::OpType::RECVANYSOURCE)) {
+        // It took its message after it had failed: the next receive from that
+        // rank would take the message after it.
+        health_->fail(std::string(op_) + " #" + std::to_string(seq_) + " took its message after it had failed");
+      }
+      return;
+    }
+    completed_ = true;
+    error_ = error;
+    if (error) {
+      cancelled_.store(true);
+      if (isCollective()) {
+        // The ranks no longer agree on which collective comes next.
+        std::string what = errorMessage(error);
+        const std::string prefix = "Backend " + group_->backend + " (rank " + std::to_string(group_->rank) + "): ";
+        health_->fail(what.rfind(prefix, 0) == 0 ? what.substr(prefix.size()) : what);
+      }
+    } else if (device_) {
+      device_->done.record(device_->stream);
+    }
+    future = future_;
+  }
+  if (error && isCollective()) {
+    library_->abort();  // as NCCL does: bodies stuck in the library return
+  }
+  if (isCollective()) {
+    queue_->unfinishedCollectives.fetch_sub(1);
+  }
+  Runtime::get().unwatch(*this);
+  if (!future) {
+    publish();
+    return;
+  }
+  // The future's callbacks run on the Runtime's thread; the op is done once
+  // they ran, as with gloo.
+  Runtime::get().post([self = c10::intrusive_ptr<WorkMpiAll>::reclaim_copy(this), future] {
+    self->settle(future);
+    self->publish();
+  });
+}
+
+void WorkMpiAll::publish() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    done_.store(true, std::memory_order_release);
+    if (recordFunctionEndCallback_) {
+      recordFunctionEndCallback_();  // the op's end in torch.profiler
+      recordFunctionEndCallback_ = nullptr;
+    }
+  }
+  cv_.notify_all();
+}
+
+void WorkMpiAll::settle(const c10::intrusive_ptr<c10::ivalue::Future>& future) const {
+  // On the op's stream: the future's events mark where its results are ready.
+  const c10::OptionalStreamGuard onStream(stream());
+  if (error_) {
+    future->setError(error_);
+  } else {
+    future->markCompleted(outputs_);
+  }
+}
+
+void WorkMpiAll::expire() {
+  finish(backendError(
+      describe() + " did not complete within its " + std::to_string(timeout_.count()) +
+      " ms timeout (a peer may have failed, or not called " + op_ + ")"));
+}
+
+bool WorkMpiAll::isCompleted() {
+  return done();
+}
+
+bool WorkMpiAll::isSuccess() const {
+  return done() && !error_;
+}
+
+std::exception_ptr WorkMpiAll::exception() const {
+  return done() ? error_ : nullptr;
+}
+
+int WorkMpiAll::sourceRank() const {
+  TORCH_CHECK(
+      sourceRank_ >= 0, describe(), ": sourceRank() is only known for a completed recv from any source");
+  return sourceRank_;
+}
+
+std::vector<at::Tensor> WorkMpiAll::result() {
+  std::vector<at::Tensor> tensors;
+  collectTensors(outputs_, tensors);
+  return tensors;
+}
+
+bool WorkMpiAll::await(Clock::time_point until) {
+  if (kBodiesOnlyStart) {
+    waiters_.fetch_add(1);  // the worker leaves the op to this thread
+  }
+  Backoff backoff(kBodiesOnlyStart ? pollBudget(queue_->latelyNs) : std::chrono::microseconds(50));
+  while (!done() && Clock::now() < until) {
+    if (kBodiesOnlyStart && inFlight() && tryPoll()) {
+      continue;
+    }
+    backoff.pause([&](Clock::duration nap) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      const bool polling = kBodiesOnlyStart && inFlight();
+      cv_.wait_until(lock, polling ? std::min(until, Clock::now() + nap) : until, [&] {
+        return done() || (kBodiesOnlyStart && !polling && inFlight());
+      });
+    });
+  }
+  if (kBodiesOnlyStart) {
+    waiters_.fetch_sub(1);
+    queue_->wakeIf(inFlight());  // the worker takes over what this thread left
+  }
+  return done();
+}
+
+bool WorkMpiAll::wait(std::chrono::milliseconds timeout) {
+  const bool bounded = timeout > kNoTimeout;
+  if (!await(bounded ? Clock::now() + timeout : giveUpAt())) {
+    if (bounded) {
+      C10_THROW_ERROR(
+          DistBackendError,
+          describe() + " did not complete within the " + std::to_string(timeout.count()) +
+              " ms timeout given to wait()");
+    }
+    expire();  // as the Runtime does at this time: whichever comes first
+  }
+  if (error_) {
+    std::rethrow_exception(error_);
+  }
+  synchronize();
+  return true;
+}
+
+void WorkMpiAll::abort() {
+  finish(backendError(describe() + ": aborted"));
+}
+
+void WorkMpiAll::synchronize() {
+  if (device_ && done() && !error_) {
+    const c10::impl::VirtualGuardImpl guard(device_->stream.device_type());
+    device_->done.block(guard.getStream(device_->stream.device()));
+  }
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> WorkMpiAll::getFuture() {
+  c10::intrusive_ptr<c10::ivalue::Future> future;
+  bool settleNow = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!future_) {
+      future_ = device_ ? c10::make_intrusive<c10::ivalue::Future>(
+                              outputs_.type(), std::vector<c10::Device>{device_->stream.device()})
+                        : c10::make_intrusive<c10::ivalue::Future>(outputs_.type());
+      settleNow = completed_;  // else finish() settles it
+    }
+    future = future_;
+  }
+  if (settleNow) {
+    settle(future);  // no callback was added yet
+  }
+  return future;
+}
+
+uint64_t WorkMpiAll::getSequencenumber() const {
+  return seq_;
+}
+
+#if MPI_ALL_TORCH_2_14
+std::chrono::milliseconds WorkMpiAll::getTimeout() const {
+  return timeout_;
+}
+#endif
 
 namespace {
 
@@ -630,652 +1164,6 @@ Options optionsFromEnvironment() {
   });
   return options;
 }
-
-// ---------------------------------------------------------------------------
-// WorkQueue
-
-struct WorkQueue::State {
-  void loop();
-  void spinForWork();
-  void adaptSpin(Clock::duration gap);
-  // Whether the next queued op may start: not while a collective is in flight,
-  // since a later op may use its tensors (a group's collectives run one at a
-  // time, in order, as with gloo and ProcessGroupMPI). Sends and receives in
-  // flight do not hold anything up.
-  bool mayStartNext() const;
-  // Polls the ops in flight until none is left, or another op is queued and
-  // may start.
-  void progress();
-  // Sleeps up to `pause`, or until push() or stop() wakes the worker.
-  void pause(Clock::duration pause);
-  // Polls each op in flight once; forgets those that completed.
-  void pollInFlight();
-  // A caller stopped polling an op in flight (Work::wait): wakes the worker
-  // from pause() or a doze when the op is `unfinished`, or when ops queued
-  // behind it wait to start.
-  void callerLeft(bool unfinished);
-
-  std::mutex mutex;
-  std::condition_variable wake;    // for the worker: work was queued, or stop
-  std::condition_variable exited;  // for stop(): the worker left its loop
-  std::deque<c10::intrusive_ptr<WorkMpiAll>> queue;
-  std::atomic<size_t> queued{0};  // queue.size(), readable without the lock
-  std::atomic<bool> stopping{false};  // set under the mutex; read by the worker without it
-  bool running = false;  // the thread is in loop()
-  bool sleeping = false;  // until push() wakes it
-  bool dozing = false;    // for kDozeTick
-  Clock::time_point pushedAt;
-  bool spinForNext = false;  // the worker ran the last op's body: ops come through the queue
-  Clock::time_point sleptAt;
-  std::atomic<int64_t> spinNs{50'000};  // how long the worker spins for work
-  std::thread thread;
-  // Ops whose bodies returned before they completed (OpContext::completeLater);
-  // only the worker thread touches it.
-  std::vector<c10::intrusive_ptr<WorkMpiAll>> inFlight;
-  bool pausing = false;  // in pause(): push() wakes the worker
-  bool nudged = false;   // callerLeft() ends the pause
-  size_t toRun = 0;      // queued ops whose bodies have not run
-  std::atomic<bool> busy{false};  // the worker is running an op's body
-  // Collectives issued to this queue that have not completed: while one is
-  // queued or in flight, no op starts on the caller's thread (idle()).
-  std::atomic<int> unfinishedCollectives{0};
-  Clock::duration lately = kMinPollSpin;  // how long ops in flight took lately (worker only)
-};
-
-namespace {
-
-// Fails `work`, an op that may have started on the caller's thread, then
-// polls it until it gives up (MPI cancels what it can), so that it is not
-// left with requests pending; for an op not in flight the first poll says so.
-void failStarted(WorkMpiAll& work, std::exception_ptr error) {
-  work.finish(std::move(error));
-  for (int polls = 0; !work.tryPoll() && polls < 1000; ++polls) {
-    std::this_thread::yield();
-  }
-}
-
-} // namespace
-
-WorkQueue::WorkQueue() : state_(std::make_shared<State>()) {}
-
-WorkQueue::~WorkQueue() {
-  stop(kStopGrace);
-}
-
-void WorkQueue::push(const c10::intrusive_ptr<WorkMpiAll>& work) {
-  State& s = *state_;
-  {
-    std::unique_lock<std::mutex> lock(s.mutex);
-    if (!s.stopping) {
-      if (!s.running) {
-        s.running = true;
-        // The thread keeps the state alive, whatever becomes of this WorkQueue.
-        s.thread = std::thread([state = state_] { state->loop(); });
-      }
-      s.queue.push_back(work);
-      s.queued.fetch_add(1, std::memory_order_release);
-      // An op that started on the caller's thread (kBodiesOnlyStart) needs
-      // polling, not starting, and its caller usually polls it: unless the
-      // worker sleeps for good, it looks at the op soon enough (kDozeTick).
-      const bool startedHere = kBodiesOnlyStart && work->ran();
-      if (startedHere) {
-        s.pushedAt = Clock::now();
-      } else if (!work->ran()) {
-        ++s.toRun;
-      }
-      const bool wake = s.sleeping || (!startedHere && (s.pausing || s.dozing));
-      if (s.sleeping) {
-        s.adaptSpin(Clock::now() - s.sleptAt);
-      }
-      lock.unlock();
-      if (wake) {
-        s.wake.notify_one();
-      }
-      return;
-    }
-  }
-  failStarted(*work, backendError(work->describe() + ": the process group was already destroyed"));
-}
-
-bool WorkQueue::idle() const {
-  State& s = *state_;
-  std::lock_guard<std::mutex> lock(s.mutex);
-  return !s.stopping && s.toRun == 0 && !s.busy.load() && s.unfinishedCollectives.load() == 0;
-}
-
-void WorkQueue::issue(WorkMpiAll& work) {
-  work.queue_ = state_;
-  if (work.isCollective()) {
-    work.countedCollective_ = true;
-    state_->unfinishedCollectives.fetch_add(1);
-  }
-}
-
-void WorkQueue::State::callerLeft(bool unfinished) {
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    // The worker takes over the op, or starts what was queued behind it.
-    if (!unfinished && !(pausing && toRun > 0)) {
-      return;
-    }
-    nudged = true;
-  }
-  wake.notify_one();
-}
-
-bool WorkQueue::stop(std::chrono::milliseconds grace) {
-  State& s = *state_;
-  std::deque<c10::intrusive_ptr<WorkMpiAll>> cancelled;
-  std::thread thread;  // only the first stop() gets it
-  {
-    std::lock_guard<std::mutex> lock(s.mutex);
-    s.stopping = true;
-    cancelled.swap(s.queue);
-    s.queued.store(0, std::memory_order_release);
-    s.toRun = 0;
-    thread = std::move(s.thread);
-  }
-  s.wake.notify_one();
-  for (auto& work : cancelled) {
-    if (work->ran()) {  // started on the caller's thread: in flight, or done
-      failStarted(*work, backendError(work->describe() + ": aborted, the process group was destroyed"));
-      continue;
-    }
-    work->finish(backendError(work->describe() + ": cancelled, the process group was destroyed before it ran"));
-  }
-  if (!thread.joinable()) {
-    // Never started, or an earlier stop() has it: whether it still runs an
-    // op is that stop()'s to say.
-    std::lock_guard<std::mutex> lock(s.mutex);
-    return !s.running;
-  }
-  if (thread.get_id() == std::this_thread::get_id()) {
-    thread.detach();  // stopped from its own op's callback: it leaves the loop on return
-    return true;
-  }
-  bool exited = false;
-  {
-    std::unique_lock<std::mutex> lock(s.mutex);
-    exited = s.exited.wait_for(lock, grace, [&s] { return !s.running; });
-  }
-  if (exited) {
-    thread.join();
-  } else {
-    thread.detach();
-    TORCH_WARN(
-        "Backend mpi_all: an op body did not return within ", grace.count(),
-        " ms of the process group's destruction; its thread is left running");
-  }
-  return exited;
-}
-
-void WorkQueue::State::spinForWork() {
-  spinUntil(
-      [this] { return queued.load(std::memory_order_acquire) > 0; },
-      std::chrono::nanoseconds(spinNs.load(std::memory_order_relaxed)));
-}
-
-void WorkQueue::State::adaptSpin(Clock::duration gap) {
-  // The worker fell asleep `gap` before this op came. If a spin that long
-  // would have caught it, spin twice that from now on (ops come in bursts);
-  // if ops come further apart than spinning is worth, spin half as long.
-  const int64_t spin = spinNs.load(std::memory_order_relaxed);
-  const int64_t gapNs = std::chrono::duration_cast<std::chrono::nanoseconds>(gap).count();
-  const int64_t maxNs = std::chrono::nanoseconds(kMaxWorkerSpin).count();
-  spinNs.store(
-      gapNs < maxNs ? std::min(maxNs, std::max(spin, 2 * gapNs)) : spin / 2,
-      std::memory_order_relaxed);
-}
-
-void WorkQueue::State::loop() {
-  for (;;) {
-    pollInFlight();
-    if (queued.load(std::memory_order_acquire) == 0 || !mayStartNext()) {
-      if (inFlight.empty()) {
-        if (spinForNext) {
-          spinForWork();
-        }
-      } else {
-        progress();
-      }
-    }
-    c10::intrusive_ptr<WorkMpiAll> work;
-    {
-      std::unique_lock<std::mutex> lock(mutex);
-      while (queue.empty() && !stopping && inFlight.empty()) {
-        const auto now = Clock::now();
-        if (now - pushedAt < kDozeFor) {
-          dozing = true;
-          wake.wait_for(lock, kDozeTick);
-          dozing = false;
-          continue;
-        }
-        sleeping = true;
-        sleptAt = now;
-        wake.wait(lock);
-        sleeping = false;
-      }
-      if (queue.empty()) {
-        if (!inFlight.empty()) {
-          continue;  // ops in flight fail at once when the group was destroyed
-        }
-        running = false;
-        exited.notify_all();
-        return;  // stopping, and stop() failed whatever was queued
-      }
-      work = std::move(queue.front());
-      queue.pop_front();
-      queued.fetch_sub(1, std::memory_order_release);
-      spinForNext = !work->ran();
-      if (spinForNext) {
-        --toRun;
-        busy.store(true);
-      }
-    }
-    if (!work->ran()) {  // an op started on the caller's thread is in flight already
-      work->run();
-      busy.store(false);
-      work->notifyInFlight();
-    }
-    if (work->inFlight()) {
-      inFlight.push_back(std::move(work));
-    }
-  }
-}
-
-void WorkQueue::State::pollInFlight() {
-  inFlight.erase(
-      std::remove_if(
-          inFlight.begin(),
-          inFlight.end(),
-          [this](const c10::intrusive_ptr<WorkMpiAll>& work) {
-            return !work->inFlight() || ((!work->awaited() || stopping.load()) && work->tryPoll());
-          }),
-      inFlight.end());
-}
-
-void WorkQueue::State::progress() {
-  const auto start = Clock::now();
-  const auto spinUntil = start + std::clamp<Clock::duration>(2 * lately, kMinPollSpin, kMaxPollSpin);
-  Clock::duration nextPause = kFirstPollPause;
-  bool spinning = true;
-  const auto waiting = [this] {
-    return !inFlight.empty() && (queued.load(std::memory_order_acquire) == 0 || !mayStartNext());
-  };
-  for (int polls = 0; waiting(); ++polls) {
-    if (spinning && (polls & 7) == 0) {
-      spinning = Clock::now() < spinUntil;
-    }
-    // Callers waiting for every op in flight poll them themselves: the
-    // worker steps aside, and takes over if they leave (callerLeft).
-    const bool aside = !stopping.load() &&
-        std::all_of(inFlight.begin(), inFlight.end(), [](const auto& work) { return work->awaited(); });
-    if (aside) {
-      pause(kAsidePause);
-    } else if (polls < 16) {
-      cpuRelax();
-    } else if (spinning) {
-      // Slow yields do not stop it, as they stop spinUntil(): nothing but
-      // polling completes these ops, and nothing would wake a sleeping poller
-      // when they do (stopping cost 10x at 1 MiB, 4 ranks on 2 cores).
-      std::this_thread::yield();
-    } else {
-      pause(nextPause);
-      nextPause = std::min<Clock::duration>(2 * nextPause, kMaxPollPause);
-    }
-    pollInFlight();
-  }
-  if (inFlight.empty()) {  // not interrupted by a new op: how long these took
-    lately = (lately + (Clock::now() - start)) / 2;
-  }
-}
-
-bool WorkQueue::State::mayStartNext() const {
-  // An op completed by its caller (tryPoll) is no longer in flight, though
-  // the worker has not forgotten it yet.
-  return std::none_of(
-      inFlight.begin(), inFlight.end(), [](const auto& work) { return work->isCollective() && work->inFlight(); });
-}
-
-void WorkQueue::State::pause(Clock::duration pause) {
-  std::unique_lock<std::mutex> lock(mutex);
-  pausing = true;
-  wake.wait_for(lock, pause, [this] { return (!queue.empty() && mayStartNext()) || stopping || nudged; });
-  pausing = false;
-  nudged = false;
-}
-
-// ---------------------------------------------------------------------------
-// WorkMpiAll
-
-WorkMpiAll::WorkMpiAll(
-    std::shared_ptr<Group> group,
-    std::shared_ptr<Health> health,
-    std::shared_ptr<Library> library,
-    c10d::OpType type,
-    const char* op,
-    const char* profilingTitle,
-    std::chrono::milliseconds timeout,
-    c10::IValue outputs,
-    Body body,
-    std::shared_ptr<CudaOp> cuda)
-    : c10d::Work(group->rank, type, profilingTitle),
-      group_(std::move(group)),
-      health_(std::move(health)),
-      library_(std::move(library)),
-      op_(op),
-      timeout_(timeout),
-      deadline_(Clock::now() + timeout),
-      outputs_(std::move(outputs)),
-      body_(std::move(body)),
-      cuda_(std::move(cuda)) {
-#ifdef WITH_CUDA
-  if (cuda_) {  // The future then orders its callbacks after the op's stream.
-    future_ = c10::make_intrusive<c10::ivalue::Future>(
-        outputs_.type(), std::vector<c10::Device>{cuda_->device});
-    return;
-  }
-#endif
-  future_ = c10::make_intrusive<c10::ivalue::Future>(outputs_.type());
-}
-
-bool WorkMpiAll::isCollective() const {
-  return !c10d::isP2POp(opType_);
-}
-
-std::string WorkMpiAll::describe() const {
-  std::ostringstream out;
-  out << "Backend " << group_->backend << " (rank " << group_->rank << "): " << op_
-      << " #" << seq_;
-  return out.str();
-}
-
-std::exception_ptr WorkMpiAll::refusal() const {
-  if (group_->aborted.load()) {
-    return backendError(describe() + ": cancelled, the process group was destroyed before it ran");
-  }
-  if (health_->failed()) {
-    return health_->refuse(describe());
-  }
-  if (Clock::now() > deadline_) {
-    return backendError(
-        describe() + ": could not start within its " + std::to_string(timeout_.count()) +
-        " ms timeout (the ops queued before it took that long)");
-  }
-  return nullptr;
-}
-
-void WorkMpiAll::run() {
-#ifdef WITH_CUDA
-  std::optional<c10::cuda::CUDAStreamGuard> onStream;
-  if (cuda_) {
-    onStream.emplace(cuda_->stream);  // and stays there until finish() below
-  }
-#endif
-  ran_.store(true, std::memory_order_release);
-  started_ = Clock::now();
-  std::exception_ptr error = refusal();
-  if (!error) {
-    try {
-#ifdef WITH_CUDA
-      if (cuda_) {
-        cuda_->ready.block(cuda_->stream);
-      }
-#endif
-      const OpContext ctx{
-          *group_, library_->comm(), op_, seq_, collective_, deadline_, timeout_,
-          cancelled_, &later_, &sourceRank_, *health_};
-      const Running running(library_->running);
-      body_(ctx, *this);
-#ifdef WITH_CUDA
-      if (cuda_ && !later_) {
-        cuda_->done.record(cuda_->stream);
-      }
-#endif
-    } catch (...) {
-      error = backendError(describe() + " failed: " + errorMessage(std::current_exception()));
-      later_ = nullptr;
-    }
-  }
-  body_ = nullptr;  // Drop the tensors the body captured.
-  if (later_) {
-    // The WorkQueue polls it until it completes, and so does a caller
-    // waiting for it (tryPoll).
-    inFlight_.store(true, std::memory_order_release);
-    return;
-  }
-  finish(error);    // For a CUDA op, on its stream: the future records it.
-}
-
-bool WorkMpiAll::tryPoll() {
-  if (!inFlight_.load(std::memory_order_acquire)) {
-    return true;
-  }
-  if (polling_.exchange(true, std::memory_order_acquire)) {
-    return false;  // another thread polls it now
-  }
-  if (!inFlight_.load(std::memory_order_relaxed)) {  // it completed meanwhile
-    polling_.store(false, std::memory_order_release);
-    return true;
-  }
-  std::exception_ptr error;
-  bool completed = false;
-  {
-#ifdef WITH_CUDA
-    std::optional<c10::cuda::CUDAStreamGuard> onStream;
-    if (cuda_) {
-      onStream.emplace(cuda_->stream);  // staged results are copied back on the op's stream
-    }
-#endif
-    try {
-      completed = later_();
-#ifdef WITH_CUDA
-      if (completed && cuda_) {
-        cuda_->done.record(cuda_->stream);
-      }
-#endif
-    } catch (...) {
-      error = backendError(describe() + " failed: " + errorMessage(std::current_exception()));
-      completed = true;
-    }
-    if (completed) {
-      later_ = nullptr;
-      inFlight_.store(false, std::memory_order_release);
-    }
-  }
-  polling_.store(false, std::memory_order_release);
-  if (completed) {
-    // Outside polling_: the future's callbacks may destroy the process group,
-    // whose worker then forgets this op (inFlight() is false) and exits.
-    finish(error);
-  }
-  return completed;
-}
-
-void WorkMpiAll::notifyInFlight() {
-  if (kBodiesOnlyStart && inFlight()) {
-    { std::lock_guard<std::mutex> lock(mutex_); }  // a waiter is asleep, or sees inFlight_
-    cv_.notify_all();
-  }
-}
-
-void WorkMpiAll::finish(std::exception_ptr error) {
-  if (finishing_.exchange(true)) {
-    if (!error && (opType_ == c10d::OpType::RECV || opType_ == c10d::OpType::RECVANYSOURCE)) {
-      // It took its message after it had failed: the next receive from that
-      // rank would take the message after it.
-      health_->fail(std::string(op_) + " #" + std::to_string(seq_) + " took its message after it had failed");
-    }
-    return;
-  }
-  if (error && isCollective()) {
-    // The ranks no longer agree on which collective comes next.
-    std::string what = errorMessage(error);
-    const std::string prefix = "Backend " + group_->backend + " (rank " + std::to_string(group_->rank) + "): ";
-    if (what.rfind(prefix, 0) == 0) {
-      what.erase(0, prefix.size());
-    }
-    health_->fail(what);
-    library_->abort();  // as NCCL does: bodies stuck in the library return
-  }
-  if (error) {
-    cancelled_.store(true);
-    future_->setError(error);
-  } else {
-    future_->markCompleted(outputs_);
-  }
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    error_ = error;
-    completed_ = true;
-    done_.store(true, std::memory_order_release);
-    if (countedCollective_) {
-      queue_->unfinishedCollectives.fetch_sub(1);
-    }
-    if (recordFunctionEndCallback_) {
-      recordFunctionEndCallback_();  // the op's end in torch.profiler
-      recordFunctionEndCallback_ = nullptr;
-    }
-  }
-  cv_.notify_all();
-}
-
-bool WorkMpiAll::isCompleted() {
-  return done_.load(std::memory_order_acquire);
-}
-
-bool WorkMpiAll::isSuccess() const {
-  return done_.load(std::memory_order_acquire) && !error_;
-}
-
-std::exception_ptr WorkMpiAll::exception() const {
-  return done_.load(std::memory_order_acquire) ? error_ : nullptr;
-}
-
-int WorkMpiAll::sourceRank() const {
-  TORCH_CHECK(
-      sourceRank_ >= 0,
-      describe(), ": sourceRank() is only known for a completed recv from any source");
-  return sourceRank_;
-}
-
-void WorkMpiAll::setSourceRank(int rank) {
-  sourceRank_ = rank;
-}
-
-std::vector<at::Tensor> WorkMpiAll::result() {
-  std::vector<at::Tensor> tensors;
-  collectTensors(outputs_, tensors);
-  return tensors;
-}
-
-bool WorkMpiAll::await(Clock::time_point until) {
-  waiters_.fetch_add(1);
-  const auto leave = [this] {
-    waiters_.fetch_sub(1);
-    if (kBodiesOnlyStart && queue_) {
-      queue_->callerLeft(inFlight());
-    }
-    return done();
-  };
-  // Queued, or its body runs on the worker: waits until it completes, or
-  // (kBodiesOnlyStart) goes in flight (notifyInFlight) and this thread polls it.
-  const auto doneOrInFlight = [this] { return done() || (kBodiesOnlyStart && inFlight()); };
-  if (!spinUntil(doneOrInFlight, kWaitSpin)) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    cv_.wait_until(lock, until, doneOrInFlight);
-  }
-  if (!kBodiesOnlyStart || !inFlight()) {  // done, being finished by the thread that saw it complete, or out of time
-    std::unique_lock<std::mutex> lock(mutex_);
-    cv_.wait_until(lock, until, [this] { return done(); });
-    return leave();
-  }
-  const auto lately = std::chrono::nanoseconds(library_->inFlightNs.load(std::memory_order_relaxed));
-  const auto spinEnd = Clock::now() + std::clamp<Clock::duration>(kDriveFactor * lately, kMinDriveSpin, kMaxDriveSpin);
-  Clock::duration nextPause = kFirstPollPause;
-  for (int polls = 0; !tryPoll() && !done(); ++polls) {
-    const auto now = Clock::now();
-    if (now >= until) {
-      return leave();
-    }
-    if (polls < 16) {
-      cpuRelax();
-    } else if (now < spinEnd) {
-      std::this_thread::yield();  // slow or not: only polling moves the op (see progress())
-    } else {
-      std::unique_lock<std::mutex> lock(mutex_);
-      cv_.wait_for(lock, std::min<Clock::duration>(nextPause, until - now), [this] { return done(); });
-      nextPause = std::min<Clock::duration>(2 * nextPause, kMaxPollPause);
-    }
-  }
-  // An op that waited for a late peer counts as no longer than the spin it
-  // was given, so that one late peer does not make later waits spin long.
-  const int64_t took = std::chrono::duration_cast<std::chrono::nanoseconds>(
-      std::min(Clock::now(), spinEnd) - started_).count();
-  library_->inFlightNs.store(
-      (library_->inFlightNs.load(std::memory_order_relaxed) + took) / 2, std::memory_order_relaxed);
-  {
-    // Complete: finished by this thread, or being finished by the one that saw it complete.
-    std::unique_lock<std::mutex> lock(mutex_);
-    cv_.wait(lock, [this] { return done(); });
-  }
-  return leave();
-}
-
-bool WorkMpiAll::wait(std::chrono::milliseconds timeout) {
-  if (!done()) {
-    const bool useOwn = timeout <= kNoTimeout;  // 0 (no timeout given) or unset
-    // At its own deadline the op's body fails too, saying more (which peers
-    // are missing): give it a moment to.
-    const auto until = useOwn ? deadline_ + kReportGrace : Clock::now() + timeout;
-    if (!await(until)) {
-      const auto limit = useOwn ? timeout_ : timeout;
-      const std::exception_ptr error = backendError(
-          describe() + " did not complete within " + (useOwn ? "its " : "the ") +
-          std::to_string(limit.count()) + " ms timeout (a peer may have failed, or not called " +
-          op_ + ")");
-      if (!useOwn) {
-        std::rethrow_exception(error);
-      }
-      // The op's own timeout passed: it has failed, unless it completed just
-      // now, in which case whoever finished it first wins.
-      finish(error);
-      std::unique_lock<std::mutex> lock(mutex_);
-      cv_.wait(lock, [this] { return done(); });
-    }
-  }
-  if (error_) {
-    std::rethrow_exception(error_);
-  }
-  synchronize();
-  return true;
-}
-
-void WorkMpiAll::abort() {
-  finish(backendError(describe() + ": aborted"));
-}
-
-void WorkMpiAll::synchronize() {
-#ifdef WITH_CUDA
-  if (cuda_ && done_.load(std::memory_order_acquire) && !error_) {
-    cuda_->done.block(c10::cuda::getCurrentCUDAStream(cuda_->device.index()));
-  }
-#endif
-}
-
-c10::intrusive_ptr<c10::ivalue::Future> WorkMpiAll::getFuture() {
-  return future_;
-}
-
-uint64_t WorkMpiAll::getSequencenumber() const {
-  return seq_;
-}
-
-#if MPI_ALL_TORCH_2_14
-std::chrono::milliseconds WorkMpiAll::getTimeout() const {
-  return timeout_;
-}
-#endif
 
 // ---------------------------------------------------------------------------
 // BackendMpiAll
@@ -1418,15 +1306,13 @@ const std::string BackendMpiAll::getBackendName() const {
 }
 
 void BackendMpiAll::shutdown() {
-  group_->aborted.store(true);  // running bodies see it in OpContext::expired()
-  if (library_->running.load() > 0) {
-    library_->abort();  // a body is still running: make it return
+  group_->aborted.store(true);  // bodies and done functions see it in OpContext::expired()
+  if (library_->busy()) {
+    library_->abort();  // an op uses the library: make it return
   }
-  const bool ops = queue_.stop(kStopGrace);
-  const bool receives = receives_.stop(kStopGrace);
-  if (ops && receives && library_->running.load() == 0) {
-    library_->finalize();  // no op body can use the communicator any more
-  }
+  queue_.stop(kStopGrace);
+  receives_.stop(kStopGrace);
+  library_->close();  // finalized now, or when the last op in flight lets go
 }
 
 void BackendMpiAll::abort() {
@@ -1449,10 +1335,9 @@ uint64_t BackendMpiAll::getSequenceNumberForGroup() {
 }
 
 c10::intrusive_ptr<c10d::Work> BackendMpiAll::enqueue(
-    WorkQueue* queue,
+    Runs where,
     c10d::OpType type,
     const char* op,
-    const char* profilingTitle,
     std::chrono::milliseconds timeout,
     c10::IValue outputs,
     const c10::IValue& inputs,
@@ -1460,179 +1345,124 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::enqueue(
   if (timeout == c10d::kUnsetTimeout) {
     timeout = std::chrono::milliseconds(timeoutMs_.load());
   }
-  std::shared_ptr<CudaOp> cuda = cudaOp(outputs, inputs);
+  WorkQueue& queue = where == Runs::kOnReceives ? receives_ : queue_;  // a send in flight is polled by queue_
+  std::shared_ptr<DeviceOp> device = deviceOp(outputs, inputs);
   auto work = c10::make_intrusive<WorkMpiAll>(
-      group_, health_, library_, type, op, profilingTitle, timeout, std::move(outputs),
-      std::move(body), std::move(cuda));
+      group_, health_, library_, queue.state_, type, op, profilingTitle(op), timeout, std::move(outputs),
+      std::move(body), std::move(device));
+  Runtime::get().watch(work);
   {
     std::lock_guard<std::mutex> lock(issueMutex_);
     work->seq_ = ops_++;
     if (work->isCollective()) {
       work->collective_ = collectives_++;
+      queue.state_->unfinishedCollectives.fetch_add(1);
     }
-    const bool runsNow = queue != nullptr && kBodiesOnlyStart && !work->cuda_ && queue->idle();
-    (queue != nullptr ? queue : &queue_)->issue(*work);
-    if (queue != nullptr) {
-      // A body that only starts the op runs here when the worker would run it
-      // right away: no hand-off to the worker, which only polls the op in
-      // flight (and not even that while the caller waits for it). Nobody
-      // holds the op's future yet, so finishing it here (a refused op, a
-      // body that threw) runs no callback under the issue lock.
-      if (!runsNow) {
-        queue->push(work);
-        return work;
-      }
-      work->run();
-      if (work->inFlight()) {
-        queue->push(work);
-      }
+    // A body that only starts its op runs here when the queue would run it
+    // at once: no hand-off to the worker and back. Nobody holds the op's
+    // future yet, so finishing it here runs no callback under the lock.
+    const bool here = kBodiesOnlyStart && where != Runs::kHere && !work->device_ && queue.idle();
+    if (where != Runs::kHere && !here) {
+      queue.push(work);
       return work;
     }
+    if (here) {
+      work->run();
+    }
   }
-  work->run();  // on the caller's thread
+  if (where == Runs::kHere) {
+    work->run();  // a send, on the caller's thread
+  }
   if (work->inFlight()) {
-    queue_.push(work);  // the worker completes it
+    queue.push(work);
   }
   return work;
 }
 
-std::shared_ptr<CudaOp> BackendMpiAll::cudaOp(
-    const c10::IValue& outputs,
-    const c10::IValue& inputs) {
-#ifdef WITH_CUDA
+std::shared_ptr<DeviceOp> BackendMpiAll::deviceOp(const c10::IValue& outputs, const c10::IValue& inputs) {
   std::vector<at::Tensor> tensors;
   collectTensors(outputs, tensors);
   collectTensors(inputs, tensors);
-  if (tensors.empty() || !tensors.front().is_cuda()) {
+  if (tensors.empty() || tensors.front().is_cpu()) {
     return nullptr;
   }
   const c10::Device device = tensors.front().device();
+  const c10::impl::VirtualGuardImpl guard(device.type());
   c10::Stream stream = [&] {
     std::lock_guard<std::mutex> lock(streamsMutex_);
-    auto it = streams_.find(device.index());
-    if (it == streams_.end()) {
-      it = streams_.emplace(device.index(), c10::cuda::getStreamFromPool(false, device.index())).first;
+    for (const c10::Stream& s : streams_) {
+      if (s.device() == device) {
+        return s;
+      }
     }
-    return it->second;
+    return streams_.emplace_back(guard.getStreamFromGlobalPool(device));
   }();
-  auto cuda = std::make_shared<CudaOp>(device, stream);
-  // The op starts when the caller's stream reaches this point.
-  cuda->ready.record(c10::cuda::getCurrentCUDAStream(device.index()));
+  auto op = std::make_shared<DeviceOp>(stream);
+  op->ready.record(guard.getStream(device));  // the op starts where the caller's stream is now
   // The caching allocator must not hand these tensors' memory to anyone else
   // before the backend's stream is done with them.
   for (const at::Tensor& t : tensors) {
-    c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), cuda->stream);
+    guard.recordDataPtrOnStream(t.storage().data_ptr(), stream);
   }
-  return cuda;
-#else
-  (void)outputs;
-  (void)inputs;
-  return nullptr;
-#endif
+  return op;
 }
 
 
 // Copies the root's tensor into the tensor of every rank.
 c10::intrusive_ptr<c10d::Work> BackendMpiAll::broadcast(
-    std::vector<at::Tensor>& tensors,
-    const c10d::BroadcastOptions& opts) {
+    std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
   const Check check(*group_, __func__);
   at::Tensor& tensor = check.one(tensors, "tensors");
   const int root = check.root(opts.rootRank, opts.rootTensor);
-  return enqueue(
-      &queue_,
-      c10d::OpType::BROADCAST,
-      __func__,
-      "mpi_all:broadcast",
-      opts.timeout,
-      tensors,
-      c10::IValue(),
-      [=](const OpContext& ctx, WorkMpiAll&) mutable {
-        ops::broadcast(ctx, tensor, root);
-      });
+  const auto type = c10d::OpType::BROADCAST;
+  return enqueue(Runs::kOnQueue, type, __func__, opts.timeout, tensors, {},
+      [=](const OpContext& ctx, WorkMpiAll&) mutable { ops::broadcast(ctx, tensor, root); });
 }
 
 // Reduces the tensor of every rank; every rank gets the result.
 c10::intrusive_ptr<c10d::Work> BackendMpiAll::allreduce(
-    std::vector<at::Tensor>& tensors,
-    const c10d::AllreduceOptions& opts) {
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
   const Check check(*group_, __func__);
   at::Tensor& tensor = check.one(tensors, "tensors");
   const Reduction op = check.reduction(opts.reduceOp, tensor);
-  return enqueue(
-      &queue_,
-      c10d::OpType::ALLREDUCE,
-      __func__,
-      "mpi_all:allreduce",
-      opts.timeout,
-      tensors,
-      c10::IValue(),
-      [=](const OpContext& ctx, WorkMpiAll&) mutable {
-        ops::allreduce(ctx, tensor, op);
-      });
+  const auto type = c10d::OpType::ALLREDUCE;
+  return enqueue(Runs::kOnQueue, type, __func__, opts.timeout, tensors, {},
+      [=](const OpContext& ctx, WorkMpiAll&) mutable { ops::allreduce(ctx, tensor, op); });
 }
 
 // All-reduces several tensors as one operation.
 c10::intrusive_ptr<c10d::Work> BackendMpiAll::allreduce_coalesced(
-    std::vector<at::Tensor>& tensors,
-    const c10d::AllreduceCoalescedOptions& opts) {
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
   const Check check(*group_, __func__);
   check.many(tensors, "tensors");
   const Reduction op = check.reduction(opts.reduceOp, tensors.front());
-  return enqueue(
-      &queue_,
-      c10d::OpType::ALLREDUCE_COALESCED,
-      __func__,
-      "mpi_all:allreduce_coalesced",
-      opts.timeout,
-      tensors,
-      c10::IValue(),
-      [=](const OpContext& ctx, WorkMpiAll&) mutable {
-        ops::allreduce_coalesced(ctx, tensors, op);
-      });
+  const auto type = c10d::OpType::ALLREDUCE_COALESCED;
+  return enqueue(Runs::kOnQueue, type, __func__, opts.timeout, tensors, {},
+      [=](const OpContext& ctx, WorkMpiAll&) mutable { ops::allreduce_coalesced(ctx, tensors, op); });
 }
 
 // Reduces the tensor of every rank into the root's tensor.
 c10::intrusive_ptr<c10d::Work> BackendMpiAll::reduce(
-    std::vector<at::Tensor>& tensors,
-    const c10d::ReduceOptions& opts) {
+    std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
   const Check check(*group_, __func__);
   at::Tensor& tensor = check.one(tensors, "tensors");
   const int root = check.root(opts.rootRank, opts.rootTensor);
   const Reduction op = check.reduction(opts.reduceOp, tensor);
-  return enqueue(
-      &queue_,
-      c10d::OpType::REDUCE,
-      __func__,
-      "mpi_all:reduce",
-      opts.timeout,
-      tensors,
-      c10::IValue(),
-      [=](const OpContext& ctx, WorkMpiAll&) mutable {
-        ops::reduce(ctx, tensor, op, root);
-      });
+  const auto type = c10d::OpType::REDUCE;
+  return enqueue(Runs::kOnQueue, type, __func__, opts.timeout, tensors, {},
+      [=](const OpContext& ctx, WorkMpiAll&) mutable { ops::reduce(ctx, tensor, op, root); });
 }
 
 // Gathers the tensor of every rank into a list on every rank.
 c10::intrusive_ptr<c10d::Work> BackendMpiAll::allgather(
-    std::vector<std::vector<at::Tensor>>& outputTensors,
-    std::vector<at::Tensor>& inputTensors,
-    const c10d::AllgatherOptions& opts) {
+    std::vector<std::vector<at::Tensor>>& outputTensors, std::vector<at::Tensor>& inputTensors, const c10d::AllgatherOptions& opts) {
   const Check check(*group_, __func__);
   const at::Tensor& input = check.one(inputTensors, "inputTensors");
   std::vector<at::Tensor>& outputs = check.oneList(outputTensors, "outputTensors");
   check.perRank(outputs, input, "outputTensors[0]");
-  return enqueue(
-      &queue_,
-      c10d::OpType::ALLGATHER,
-      __func__,
-      "mpi_all:allgather",
-      opts.timeout,
-      outputTensors,
-      inputTensors,
-      [=](const OpContext& ctx, WorkMpiAll&) mutable {
-        ops::allgather(ctx, outputs, input);
-      });
+  const auto type = c10d::OpType::ALLGATHER;
+  return enqueue(Runs::kOnQueue, type, __func__, opts.timeout, outputTensors, inputTensors,
+      [=](const OpContext& ctx, WorkMpiAll&) mutable { ops::allgather(ctx, outputs, input); });
 }
 
 // Gathers the tensor of every rank into one flat tensor on every rank.
@@ -1641,44 +1471,24 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::all_gather_single(
 #else
 c10::intrusive_ptr<c10d::Work> BackendMpiAll::_allgather_base(
 #endif
-    at::Tensor& outputBuffer,
-    at::Tensor& inputBuffer,
-    const c10d::AllgatherOptions& opts) {
+    at::Tensor& outputBuffer, at::Tensor& inputBuffer, const c10d::AllgatherOptions& opts) {
   const Check check(*group_, __func__);
   check.tensor(inputBuffer, "inputBuffer");
   check.scaled(outputBuffer, inputBuffer, check.size(), "outputBuffer");
-  return enqueue(
-      &queue_,
-      c10d::OpType::_ALLGATHER_BASE,
-      __func__,
-      "mpi_all:_allgather_base",
-      opts.timeout,
-      std::vector<at::Tensor>{outputBuffer},
-      std::vector<at::Tensor>{inputBuffer},
-      [=](const OpContext& ctx, WorkMpiAll&) mutable {
-        ops::_allgather_base(ctx, outputBuffer, inputBuffer);
-      });
+  const auto type = c10d::OpType::_ALLGATHER_BASE;
+  return enqueue(Runs::kOnQueue, type, __func__, opts.timeout, std::vector<at::Tensor>{outputBuffer}, std::vector<at::Tensor>{inputBuffer},
+      [=](const OpContext& ctx, WorkMpiAll&) mutable { ops::_allgather_base(ctx, outputBuffer, inputBuffer); });
 }
 
 // All-gathers several tensors as one operation.
 c10::intrusive_ptr<c10d::Work> BackendMpiAll::allgather_coalesced(
-    std::vector<std::vector<at::Tensor>>& outputTensorLists,
-    std::vector<at::Tensor>& inputTensors,
-    const c10d::AllgatherOptions& opts) {
+    std::vector<std::vector<at::Tensor>>& outputTensorLists, std::vector<at::Tensor>& inputTensors, const c10d::AllgatherOptions& opts) {
   const Check check(*group_, __func__);
   check.many(inputTensors, "inputTensors");
   check.coalescedPerRank(outputTensorLists, inputTensors, "outputTensorLists");
-  return enqueue(
-      &queue_,
-      c10d::OpType::ALLGATHER_COALESCED,
-      __func__,
-      "mpi_all:allgather_coalesced",
-      opts.timeout,
-      outputTensorLists,
-      inputTensors,
-      [=](const OpContext& ctx, WorkMpiAll&) mutable {
-        ops::allgather_coalesced(ctx, outputTensorLists, inputTensors);
-      });
+  const auto type = c10d::OpType::ALLGATHER_COALESCED;
+  return enqueue(Runs::kOnQueue, type, __func__, opts.timeout, outputTensorLists, inputTensors,
+      [=](const OpContext& ctx, WorkMpiAll&) mutable { ops::allgather_coalesced(ctx, outputTensorLists, inputTensors); });
 }
 
 // Runs several flat all-gathers as one operation.
@@ -1687,118 +1497,68 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::all_gather_single_coalesced(
 #else
 c10::intrusive_ptr<c10d::Work> BackendMpiAll::allgather_into_tensor_coalesced(
 #endif
-    std::vector<at::Tensor>& outputs,
-    std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions& opts) {
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
   const Check check(*group_, __func__);
   check.many(inputs, "inputs");
   check.scaledPairs(outputs, inputs, check.size(), "outputs");
-  return enqueue(
-      &queue_,
 #if MPI_ALL_TORCH_2_14
-      c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED,
+  const auto type = c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED;
 #else
-      c10d::OpType::COALESCED,
+  const auto type = c10d::OpType::COALESCED;
 #endif
-      __func__,
-      "mpi_all:allgather_into_tensor_coalesced",
-      opts.timeout,
-      outputs,
-      inputs,
-      [=](const OpContext& ctx, WorkMpiAll&) mutable {
-        ops::allgather_into_tensor_coalesced(ctx, outputs, inputs);
-      });
+  return enqueue(Runs::kOnQueue, type, __func__, opts.timeout, outputs, inputs,
+      [=](const OpContext& ctx, WorkMpiAll&) mutable { ops::allgather_into_tensor_coalesced(ctx, outputs, inputs); });
 }
 
 // Gathers the tensor of every rank into a list on the root.
 c10::intrusive_ptr<c10d::Work> BackendMpiAll::gather(
-    std::vector<std::vector<at::Tensor>>& outputTensors,
-    std::vector<at::Tensor>& inputTensors,
-    const c10d::GatherOptions& opts) {
+    std::vector<std::vector<at::Tensor>>& outputTensors, std::vector<at::Tensor>& inputTensors, const c10d::GatherOptions& opts) {
   const Check check(*group_, __func__);
   const int root = check.root(opts.rootRank);
   const at::Tensor& input = check.one(inputTensors, "inputTensors");
   std::vector<at::Tensor> outputs = check.rootList(outputTensors, root, input, "outputTensors");
-  return enqueue(
-      &queue_,
-      c10d::OpType::GATHER,
-      __func__,
-      "mpi_all:gather",
-      opts.timeout,
-      outputTensors,
-      inputTensors,
-      [=](const OpContext& ctx, WorkMpiAll&) mutable {
-        ops::gather(ctx, outputs, input, root);
-      });
+  const auto type = c10d::OpType::GATHER;
+  return enqueue(Runs::kOnQueue, type, __func__, opts.timeout, outputTensors, inputTensors,
+      [=](const OpContext& ctx, WorkMpiAll&) mutable { ops::gather(ctx, outputs, input, root); });
 }
 
 // Gathers the tensor of every rank into one flat tensor on the root.
 #if MPI_ALL_TORCH_2_14  // added in torch 2.14
 c10::intrusive_ptr<c10d::Work> BackendMpiAll::gather_single(
-    at::Tensor& outputBuffer,
-    at::Tensor& inputBuffer,
-    const c10d::GatherOptions& opts) {
+    at::Tensor& outputBuffer, at::Tensor& inputBuffer, const c10d::GatherOptions& opts) {
   const Check check(*group_, __func__);
   const int root = check.root(opts.rootRank);
   check.tensor(inputBuffer, "inputBuffer");
   check.scaledOnRoot(outputBuffer, inputBuffer, root, "outputBuffer");
-  return enqueue(
-      &queue_,
-      c10d::OpType::GATHER,
-      __func__,
-      "mpi_all:gather_single",
-      opts.timeout,
-      std::vector<at::Tensor>{outputBuffer},
-      std::vector<at::Tensor>{inputBuffer},
-      [=](const OpContext& ctx, WorkMpiAll&) mutable {
-        ops::gather_single(ctx, outputBuffer, inputBuffer, root);
-      });
+  const auto type = c10d::OpType::GATHER;
+  return enqueue(Runs::kOnQueue, type, __func__, opts.timeout, std::vector<at::Tensor>{outputBuffer}, std::vector<at::Tensor>{inputBuffer},
+      [=](const OpContext& ctx, WorkMpiAll&) mutable { ops::gather_single(ctx, outputBuffer, inputBuffer, root); });
 }
 #endif
 
 // Sends the root's i-th tensor to rank i.
 c10::intrusive_ptr<c10d::Work> BackendMpiAll::scatter(
-    std::vector<at::Tensor>& outputTensors,
-    std::vector<std::vector<at::Tensor>>& inputTensors,
-    const c10d::ScatterOptions& opts) {
+    std::vector<at::Tensor>& outputTensors, std::vector<std::vector<at::Tensor>>& inputTensors, const c10d::ScatterOptions& opts) {
   const Check check(*group_, __func__);
   const int root = check.root(opts.rootRank);
   at::Tensor& output = check.one(outputTensors, "outputTensors");
   const std::vector<at::Tensor> inputs = check.rootList(inputTensors, root, output, "inputTensors");
-  return enqueue(
-      &queue_,
-      c10d::OpType::SCATTER,
-      __func__,
-      "mpi_all:scatter",
-      opts.timeout,
-      outputTensors,
-      inputTensors,
-      [=](const OpContext& ctx, WorkMpiAll&) mutable {
-        ops::scatter(ctx, output, inputs, root);
-      });
+  const auto type = c10d::OpType::SCATTER;
+  return enqueue(Runs::kOnQueue, type, __func__, opts.timeout, outputTensors, inputTensors,
+      [=](const OpContext& ctx, WorkMpiAll&) mutable { ops::scatter(ctx, output, inputs, root); });
 }
 
 // Reduces the i-th tensor of every rank into the output of rank i.
 c10::intrusive_ptr<c10d::Work> BackendMpiAll::reduce_scatter(
-    std::vector<at::Tensor>& outputTensors,
-    std::vector<std::vector<at::Tensor>>& inputTensors,
-    const c10d::ReduceScatterOptions& opts) {
+    std::vector<at::Tensor>& outputTensors, std::vector<std::vector<at::Tensor>>& inputTensors, const c10d::ReduceScatterOptions& opts) {
   const Check check(*group_, __func__);
   at::Tensor& output = check.one(outputTensors, "outputTensors");
   const std::vector<at::Tensor>& inputs = check.oneList(inputTensors, "inputTensors");
   check.perRank(inputs, output, "inputTensors[0]");
   const Reduction op = check.reduction(opts.reduceOp, output);
-  return enqueue(
-      &queue_,
-      c10d::OpType::REDUCE_SCATTER,
-      __func__,
-      "mpi_all:reduce_scatter",
-      opts.timeout,
-      outputTensors,
-      inputTensors,
-      [=](const OpContext& ctx, WorkMpiAll&) mutable {
-        ops::reduce_scatter(ctx, output, inputs, op);
-      });
+  const auto type = c10d::OpType::REDUCE_SCATTER;
+  return enqueue(Runs::kOnQueue, type, __func__, opts.timeout, outputTensors, inputTensors,
+      [=](const OpContext& ctx, WorkMpiAll&) mutable { ops::reduce_scatter(ctx, output, inputs, op); });
 }
 
 // Reduces one flat tensor of every rank; rank i keeps the i-th chunk.
@@ -1807,24 +1567,14 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::reduce_scatter_single(
 #else
 c10::intrusive_ptr<c10d::Work> BackendMpiAll::_reduce_scatter_base(
 #endif
-    at::Tensor& outputBuffer,
-    at::Tensor& inputBuffer,
-    const c10d::ReduceScatterOptions& opts) {
+    at::Tensor& outputBuffer, at::Tensor& inputBuffer, const c10d::ReduceScatterOptions& opts) {
   const Check check(*group_, __func__);
   check.tensor(outputBuffer, "outputBuffer");
   check.scaled(inputBuffer, outputBuffer, check.size(), "inputBuffer");
   const Reduction op = check.reduction(opts.reduceOp, outputBuffer);
-  return enqueue(
-      &queue_,
-      c10d::OpType::_REDUCE_SCATTER_BASE,
-      __func__,
-      "mpi_all:_reduce_scatter_base",
-      opts.timeout,
-      std::vector<at::Tensor>{outputBuffer},
-      std::vector<at::Tensor>{inputBuffer},
-      [=](const OpContext& ctx, WorkMpiAll&) mutable {
-        ops::_reduce_scatter_base(ctx, outputBuffer, inputBuffer, op);
-      });
+  const auto type = c10d::OpType::_REDUCE_SCATTER_BASE;
+  return enqueue(Runs::kOnQueue, type, __func__, opts.timeout, std::vector<at::Tensor>{outputBuffer}, std::vector<at::Tensor>{inputBuffer},
+      [=](const OpContext& ctx, WorkMpiAll&) mutable { ops::_reduce_scatter_base(ctx, outputBuffer, inputBuffer, op); });
 }
 
 // Runs several flat reduce-scatters as one operation.
@@ -1833,24 +1583,14 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::reduce_scatter_single_coalesced(
 #else
 c10::intrusive_ptr<c10d::Work> BackendMpiAll::reduce_scatter_tensor_coalesced(
 #endif
-    std::vector<at::Tensor>& outputs,
-    std::vector<at::Tensor>& inputs,
-    const c10d::ReduceScatterOptions& opts) {
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
   const Check check(*group_, __func__);
   check.many(outputs, "outputs");
   check.scaledPairs(inputs, outputs, check.size(), "inputs");
   const Reduction op = check.reduction(opts.reduceOp, outputs.front());
-  return enqueue(
-      &queue_,
-      c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED,
-      __func__,
-      "mpi_all:reduce_scatter_tensor_coalesced",
-      opts.timeout,
-      outputs,
-      inputs,
-      [=](const OpContext& ctx, WorkMpiAll&) mutable {
-        ops::reduce_scatter_tensor_coalesced(ctx, outputs, inputs, op);
-      });
+  const auto type = c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED;
+  return enqueue(Runs::kOnQueue, type, __func__, opts.timeout, outputs, inputs,
+      [=](const OpContext& ctx, WorkMpiAll&) mutable { ops::reduce_scatter_tensor_coalesced(ctx, outputs, inputs, op); });
 }
 
 // Every rank sends a slice of one flat tensor to every rank (splits may be uneven).
@@ -1859,127 +1599,68 @@ c10::intrusive_ptr<c10d::Work> BackendMpiAll::all_to_all_single(
 #else
 c10::intrusive_ptr<c10d::Work> BackendMpiAll::alltoall_base(
 #endif
-    at::Tensor& outputBuffer,
-    at::Tensor& inputBuffer,
-    std::vector<int64_t>& outputSplitSizes,
-    std::vector<int64_t>& inputSplitSizes,
-    const c10d::AllToAllOptions& opts) {
+    at::Tensor& outputBuffer, at::Tensor& inputBuffer, std::vector<int64_t>& outputSplitSizes, std::vector<int64_t>& inputSplitSizes, const c10d::AllToAllOptions& opts) {
   const Check check(*group_, __func__);
   check.tensor(inputBuffer, "inputBuffer");
   check.tensor(outputBuffer, "outputBuffer");
   check.sameDtype(outputBuffer, inputBuffer, "outputBuffer");
   const std::vector<int64_t> outputSplits = check.splits(outputSplitSizes, outputBuffer, "outputSplitSizes");
   const std::vector<int64_t> inputSplits = check.splits(inputSplitSizes, inputBuffer, "inputSplitSizes");
-  return enqueue(
-      &queue_,
-      c10d::OpType::ALLTOALL_BASE,
-      __func__,
-      "mpi_all:alltoall_base",
-      opts.timeout,
-      std::vector<at::Tensor>{outputBuffer},
-      std::vector<at::Tensor>{inputBuffer},
-      [=](const OpContext& ctx, WorkMpiAll&) mutable {
-        ops::alltoall_base(ctx, outputBuffer, inputBuffer, outputSplits, inputSplits);
-      });
+  const auto type = c10d::OpType::ALLTOALL_BASE;
+  return enqueue(Runs::kOnQueue, type, __func__, opts.timeout, std::vector<at::Tensor>{outputBuffer}, std::vector<at::Tensor>{inputBuffer},
+      [=](const OpContext& ctx, WorkMpiAll&) mutable { ops::alltoall_base(ctx, outputBuffer, inputBuffer, outputSplits, inputSplits); });
 }
 
 // Every rank sends its i-th tensor to rank i.
 c10::intrusive_ptr<c10d::Work> BackendMpiAll::alltoall(
-    std::vector<at::Tensor>& outputTensors,
-    std::vector<at::Tensor>& inputTensors,
-    const c10d::AllToAllOptions& opts) {
+    std::vector<at::Tensor>& outputTensors, std::vector<at::Tensor>& inputTensors, const c10d::AllToAllOptions& opts) {
   const Check check(*group_, __func__);
   check.perRankAnyShape(inputTensors, "inputTensors");
   check.perRankAnyShape(outputTensors, "outputTensors");
   check.sameDtype(outputTensors.front(), inputTensors.front(), "outputTensors");
-  return enqueue(
-      &queue_,
-      c10d::OpType::ALLTOALL,
-      __func__,
-      "mpi_all:alltoall",
-      opts.timeout,
-      outputTensors,
-      inputTensors,
-      [=](const OpContext& ctx, WorkMpiAll&) mutable {
-        ops::alltoall(ctx, outputTensors, inputTensors);
-      });
+  const auto type = c10d::OpType::ALLTOALL;
+  return enqueue(Runs::kOnQueue, type, __func__, opts.timeout, outputTensors, inputTensors,
+      [=](const OpContext& ctx, WorkMpiAll&) mutable { ops::alltoall(ctx, outputTensors, inputTensors); });
 }
 
 // Sends the tensor to one peer, matched by tag.
 c10::intrusive_ptr<c10d::Work> BackendMpiAll::send(
-    std::vector<at::Tensor>& tensors,
-    int dstRank,
-    int tag) {
+    std::vector<at::Tensor>& tensors, int dstRank, int tag) {
   const Check check(*group_, __func__);
   const at::Tensor& tensor = check.one(tensors, "tensors");
   const int dst = check.peer(dstRank, "dstRank");
-  return enqueue(
-      nullptr,
-      c10d::OpType::SEND,
-      __func__,
-      "mpi_all:send",
-      c10d::kUnsetTimeout,
-      tensors,
-      c10::IValue(),
-      [=](const OpContext& ctx, WorkMpiAll&) mutable {
-        ops::send(ctx, tensor, dst, tag);
-      });
+  const auto type = c10d::OpType::SEND;
+  return enqueue(Runs::kHere, type, __func__, c10d::kUnsetTimeout, tensors, {},
+      [=](const OpContext& ctx, WorkMpiAll&) mutable { ops::send(ctx, tensor, dst, tag); });
 }
 
 // Receives a tensor from one peer, matched by tag.
 c10::intrusive_ptr<c10d::Work> BackendMpiAll::recv(
-    std::vector<at::Tensor>& tensors,
-    int srcRank,
-    int tag) {
+    std::vector<at::Tensor>& tensors, int srcRank, int tag) {
   const Check check(*group_, __func__);
   at::Tensor& tensor = check.one(tensors, "tensors");
   const int src = check.peer(srcRank, "srcRank");
-  return enqueue(
-      &receives_,
-      c10d::OpType::RECV,
-      __func__,
-      "mpi_all:recv",
-      c10d::kUnsetTimeout,
-      tensors,
-      c10::IValue(),
-      [=](const OpContext& ctx, WorkMpiAll&) mutable {
-        ops::recv(ctx, tensor, src, tag);
-      });
+  const auto type = c10d::OpType::RECV;
+  return enqueue(Runs::kOnReceives, type, __func__, c10d::kUnsetTimeout, tensors, {},
+      [=](const OpContext& ctx, WorkMpiAll&) mutable { ops::recv(ctx, tensor, src, tag); });
 }
 
 // Receives a tensor from whichever peer sends first with the tag.
 c10::intrusive_ptr<c10d::Work> BackendMpiAll::recvAnysource(
-    std::vector<at::Tensor>& tensors,
-    int tag) {
+    std::vector<at::Tensor>& tensors, int tag) {
   const Check check(*group_, __func__);
   at::Tensor& tensor = check.one(tensors, "tensors");
-  return enqueue(
-      &receives_,
-      c10d::OpType::RECVANYSOURCE,
-      __func__,
-      "mpi_all:recvAnysource",
-      c10d::kUnsetTimeout,
-      tensors,
-      c10::IValue(),
-      [=](const OpContext& ctx, WorkMpiAll& work) mutable {
-        work.setSourceRank(ops::recvAnysource(ctx, tensor, tag));
-      });
+  const auto type = c10d::OpType::RECVANYSOURCE;
+  return enqueue(Runs::kOnReceives, type, __func__, c10d::kUnsetTimeout, tensors, {},
+      [=](const OpContext& ctx, WorkMpiAll& work) mutable { work.sourceRank_ = ops::recvAnysource(ctx, tensor, tag); });
 }
 
 // Returns once every rank has entered it.
 c10::intrusive_ptr<c10d::Work> BackendMpiAll::barrier(
     const c10d::BarrierOptions& opts) {
-  return enqueue(
-      &queue_,
-      c10d::OpType::BARRIER,
-      __func__,
-      "mpi_all:barrier",
-      opts.timeout,
-      std::vector<at::Tensor>{},
-      c10::IValue(),
-      [=](const OpContext& ctx, WorkMpiAll&) mutable {
-        ops::barrier(ctx);
-      });
+  const auto type = c10d::OpType::BARRIER;
+  return enqueue(Runs::kOnQueue, type, __func__, opts.timeout, std::vector<at::Tensor>{}, {},
+      [=](const OpContext& ctx, WorkMpiAll&) mutable { ops::barrier(ctx); });
 }
 
 } // namespace mpi_all_collectives

@@ -317,6 +317,106 @@ def destroy_from_a_callback(ctx: Ctx) -> None:
         assert _summed(ctx, 1.0).tolist() == [float(ctx.world if ctx.real else 0)] * 4
 
 
+def callbacks_that_wait_for_ops(ctx: Ctx, depth: int = 3) -> None:
+    """A future callback issues an op and waits for it, three callbacks deep, as DDP's comm hooks do.
+
+    gloo finishes this at once; a runtime that runs callbacks where it
+    completes ops would wait for the nested op behind the callback that waits
+    for it, past the group's timeout.
+    """
+    if "allreduce" not in ctx.ops:
+        raise Skip("needs allreduce")
+
+    def hook(level: int):
+        def then(fut):
+            inner = torch.full((4,), float(10**level * (ctx.index + 1)))
+            work = dist.all_reduce(inner, async_op=True)
+            if level < depth:
+                work.get_future().then(hook(level + 1)).wait()
+            else:
+                work.get_future().wait()
+            return fut.value()[0] + inner
+
+        return then
+
+    t = torch.full((4,), float(ctx.index + 1))
+    start = time.monotonic()
+    result = dist.all_reduce(t, async_op=True).get_future().then(hook(1)).wait()
+    took = time.monotonic() - start
+    if ctx.real:
+        total = sum(range(1, ctx.world + 1))
+        assert result.tolist() == [float(total * 11)] * 4, result
+    assert took < _timeout_s() / 2, f"nested ops took {took:.1f} s"
+
+
+def destroy_from_a_receive_callback(ctx: Ctx) -> None:
+    """Rank 0 destroys a group from a receive's callback while its other receive is in flight.
+
+    The other receive fails, saying the group was destroyed; the communicator
+    is finalized only after the runtime's last look at it (MALLOC_PERTURB_
+    makes a use after free show).
+    """
+    if not {"send", "recv"} <= ctx.ops or not ctx.real:
+        raise Skip("needs send and recv, and a backend that moves data")
+    group = dist.new_group(ctx.ranks)
+    if ctx.index == 0:
+        first, second = torch.zeros(4), torch.zeros(4)
+        taken = dist.irecv(first, src=ctx.ranks[1], tag=1, group=group)
+        pending = dist.irecv(second, src=ctx.ranks[1], tag=2, group=group)
+        destroyed = threading.Event()
+
+        def destroy(fut):
+            dist.destroy_process_group(group)
+            destroyed.set()
+
+        taken.get_future().then(destroy)
+        dist.barrier(group=_sync_group())  # rank 1 sends tag 1 only
+        assert destroyed.wait(_timeout_s() / 2), "the callback did not destroy the group"
+        assert first.tolist() == [1.0] * 4
+        with pytest.raises(RuntimeError, match=f"Backend {BACKEND} \\(rank 0\\): recv"):
+            pending.wait()
+    else:
+        if ctx.index == 1:
+            dist.send(torch.ones(4), dst=ctx.ranks[0], tag=1, group=group)
+        dist.barrier(group=_sync_group())
+        dist.destroy_process_group(group)
+    expected = sum(range(1, ctx.world + 1))
+    if "allreduce" in ctx.ops:
+        assert _summed(ctx, ctx.index + 1).tolist() == [expected] * 4
+
+
+def sends_while_the_group_is_destroyed(ctx: Ctx, threads: int = 3) -> None:
+    """Threads send on a group while the main thread destroys it.
+
+    Every send completes or fails with the backend's error; none runs its
+    body after the communicator was finalized (MALLOC_PERTURB_ shows one).
+    """
+    if not {"send", "recv"} <= ctx.ops or not ctx.real:
+        raise Skip("needs send and recv, and a backend that moves data")
+    group = dist.new_group(ctx.ranks)
+    peer = ctx.ranks[(ctx.index + 1) % ctx.world]
+    stop = threading.Event()
+
+    def send() -> None:
+        t = torch.ones(16)
+        while not stop.is_set():
+            try:
+                dist.isend(t, dst=peer, group=group)
+            except (RuntimeError, ValueError):  # the group is gone, or going
+                return
+
+    senders = [threading.Thread(target=send) for _ in range(threads)]
+    for sender in senders:
+        sender.start()
+    time.sleep(0.3)
+    dist.destroy_process_group(group)
+    stop.set()
+    for sender in senders:
+        sender.join(timeout=_timeout_s())
+    assert not any(sender.is_alive() for sender in senders), "a send hung"
+    dist.barrier(group=_sync_group())
+
+
 def shutdown_and_abort_at_once(ctx: Ctx) -> None:
     """abort() and shutdown() of one backend, from two threads at once, while an op waits."""
     if "allreduce" not in ctx.ops:

@@ -1,11 +1,24 @@
 // BackendSingle: a c10d::Backend registered with torch.distributed as "single".
 //
-// This is the plumbing every generated backend shares: argument checks, a work
-// queue served by one background thread, WorkSingle objects with real
-// state, timeouts, errors and shutdown. You should not need to edit it: the
-// collectives themselves are in ops.cpp.
+// This is the plumbing every generated backend shares: argument checks, work
+// queues, WorkSingle objects with real state, timeouts, errors and
+// shutdown. You should not need to edit it: the collectives are in ops.cpp,
+// and ops.hpp says what they may do.
+//
+// Who does what:
+// - The caller's thread checks each call, numbers it and queues it (a send,
+//   and with kBodiesOnlyStart an op whose queue is idle, runs its body there).
+// - Each WorkQueue's one thread runs the bodies in order and polls the ops in
+//   flight (OpContext::completeLater) until they complete or give up.
+// - The Runtime's threads, shared by every group of the process, complete
+//   futures (so run their callbacks) and fail ops past their deadline. One of
+//   them is always idle: a callback may issue ops and wait for them.
+// - Library counts who uses the communicator; the last to let go of a
+//   destroyed group finalizes it.
 #pragma once
 
+#include <c10/core/Event.h>
+#include <c10/core/Stream.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
@@ -14,14 +27,12 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "ops.hpp"
@@ -38,8 +49,9 @@
 
 namespace single_collectives {
 
+using Clock = std::chrono::steady_clock;
+
 class WorkSingle;
-struct CudaOp;
 
 // Whether a process group can still be used on this rank. The first
 // collective that fails or times out leaves the ranks disagreeing on which
@@ -49,13 +61,8 @@ class Health {
  public:
   // Records the first failure; later ones change nothing.
   void fail(const std::string& what);
-  // Null while the group is usable; after a failure, the error that refuses
-  // the op `who` ("Backend NAME (rank R): OP #SEQ").
+  // Null while the group is usable; else the error refusing the op `who`.
   std::exception_ptr refuse(const std::string& who) const;
-  // Whether a failure was recorded.
-  bool failed() const {
-    return failed_.load(std::memory_order_acquire);
-  }
 
  private:
   std::atomic<bool> failed_{false};
@@ -63,9 +70,12 @@ class Health {
   std::string failure_;
 };
 
-// Your library's communicator (ops.hpp) with its lifecycle: created by
-// ops::init or ops::split with the group, aborted at most once (ops::abort),
-// finalized once after the group's last op returned (ops::finalize).
+// Your library's communicator (ops.hpp) and who is using it. Every op holds
+// the library from the moment its body starts until its body returned done,
+// or its done function (OpContext::completeLater) did, or was dropped; after
+// close(), nobody may take it, and the last one to let go runs ops::finalize.
+// So finalize runs exactly once, after the last op's last call, on whichever
+// thread that was.
 class Library {
  public:
   Library(std::shared_ptr<Bootstrap> store, std::shared_ptr<Communicator> comm);
@@ -73,23 +83,29 @@ class Library {
   Communicator& comm() const {
     return *comm_;
   }
+  // Takes the library for an op; false once it is closed.
+  bool take();
+  // Lets go of it; the last to let go of a closed library finalizes it.
+  void release();
+  // No op takes it from now on; finalizes it now if none holds it.
+  void close();
+  // Whether an op holds it.
+  bool busy() const {
+    return (users_.load() & ~kClosed) != 0;
+  }
   // ops::abort, the first time only; safe from any thread.
   void abort();
-  // Whether abort() was called.
   bool aborted() const {
     return aborted_.load();
   }
-  // ops::finalize, the first time only.
-  void finalize();
-
-  std::atomic<int> running{0};  // op bodies running now
-  // How long the group's ops in flight took lately: a caller waiting for one
-  // polls it, yielding, for about four times that (see WorkSingle::wait).
-  std::atomic<int64_t> inFlightNs{200'000};
 
  private:
+  static constexpr int64_t kClosed = int64_t{1} << 40;
+  void finalize();
+
   const std::shared_ptr<Bootstrap> store_;  // outlives the communicator, which may keep it
   const std::shared_ptr<Communicator> comm_;
+  std::atomic<int64_t> users_{0};  // ops holding it, plus kClosed once closed
   std::atomic<bool> aborted_{false};
   std::atomic<bool> finalized_{false};
 };
@@ -99,24 +115,25 @@ class Library {
 // variable, when one does not parse as its field's type.
 Options optionsFromEnvironment();
 
-// Runs queued work in order on one background thread, started on first use
-// (never at import time, so processes forked after `import` are safe). A
-// backend has two: one for receives (recv, recvAnysource) and one for every
-// other op, so that a receive waiting for its sender never holds up the ops
-// queued after it.
-//
-// Ops in flight (OpContext::completeLater) are polled by the worker. Where op
-// bodies only start their ops (kBodiesOnlyStart, the MPI implementation), a
-// caller waiting for one in wait() polls it instead, while the worker steps
-// aside; and an op the worker would start at once starts on the caller's
-// thread instead, and is pushed in flight without waking the worker, which
-// dozes while such ops come: a caller that waits for its op does all the
-// work itself, as a blocking MPI call would.
-//
-// The thread owns the queue's state (a shared_ptr), not the WorkQueue: when
-// the last reference to the backend is dropped from inside an op's callback,
-// the WorkQueue is destroyed on its own thread, which then leaves the loop
-// without touching freed memory.
+// How an op on accelerator tensors meets the streams around it, as NCCL's do:
+// its body runs on the backend's stream once the caller's current stream has
+// reached the call (`ready`), `done` marks its end there, and the caller's
+// stream waits for `done` in wait(). Written against c10's device-generic
+// Stream and Event, so it serves every device type with a registered
+// DeviceGuardImpl (cuda, xpu, a PrivateUse1 device).
+struct DeviceOp {
+  explicit DeviceOp(c10::Stream stream)
+      : stream(stream), ready(stream.device_type()), done(stream.device_type()) {}
+  c10::Stream stream;
+  c10::Event ready;
+  c10::Event done;
+};
+
+// Runs a group's queued ops in order on one thread, started on first use
+// (never at import time, so processes forked after `import` are safe), and
+// polls its ops in flight. A backend has two: one for receives and one for
+// every other op, so that a receive waiting for its sender never holds up the
+// ops queued after it. The thread owns the queue's state, not the WorkQueue.
 class WorkQueue {
  public:
   WorkQueue();
@@ -124,65 +141,56 @@ class WorkQueue {
   WorkQueue& operator=(const WorkQueue&) = delete;
   ~WorkQueue();
 
-  // Queues `work` behind everything queued before it; an op that is
-  // already in flight (started on the caller's thread) is polled until done.
+  // Queues an op behind those queued before it; an op that started elsewhere
+  // and is in flight, to be polled.
   void push(const c10::intrusive_ptr<WorkSingle>& work);
-
-  // Whether an op issued now may run its body on the caller's thread instead
-  // (ops::kBodiesOnlyStart): no queued op waits to run, the worker is not
-  // running a body, and no collective is in flight, so the op would start
-  // right away on the worker too. The caller holds the backend's issue lock
-  // until it has pushed the op (in flight) or found it complete.
+  // Whether an op issued now would start at once: nothing queued, no body
+  // running, no collective unfinished (kBodiesOnlyStart runs it here instead).
   bool idle() const;
-  // Registers `work`, issued to this queue (or, for a send, polled by it):
-  // it counts among the unfinished collectives until it completes.
-  void issue(WorkSingle& work);
-
-  // Fails the work that has not started and waits up to `grace` for the
-  // running op to return (it sees the group aborted). A thread still busy
-  // after that is left behind with a warning: it owns what it uses. Safe from
-  // any thread, the queue's own included, and more than once. Returns whether
-  // no thread of the queue can still be running an op.
-  bool stop(std::chrono::milliseconds grace);
+  // Fails the queued ops, then gives the thread up to `grace` to see its ops
+  // in flight give up (the group is aborted) and exit. Any thread but the
+  // queue's own, more than once.
+  void stop(std::chrono::milliseconds grace);
 
   struct State;
 
  private:
+  friend class BackendSingle;
   std::shared_ptr<State> state_;
 };
 
 // The Work handle torch.distributed returns for every op of this backend.
+// Its life: queued, run (the body), in flight (done function polled), done.
+// finish() is the one place it becomes done.
 class WorkSingle : public c10d::Work {
  public:
-  // What the backend queues: the op body, run on the worker thread.
   using Body = std::function<void(const OpContext&, WorkSingle&)>;
 
   WorkSingle(
       std::shared_ptr<Group> group,
       std::shared_ptr<Health> health,
       std::shared_ptr<Library> library,
+      std::shared_ptr<WorkQueue::State> queue,
       c10d::OpType type,
       const char* op,
       const char* profilingTitle,
       std::chrono::milliseconds timeout,
       c10::IValue outputs,
       Body body,
-      std::shared_ptr<CudaOp> cuda);
+      std::shared_ptr<DeviceOp> device);
 
   bool isCompleted() override;
   bool isSuccess() const override;
   std::exception_ptr exception() const override;
   int sourceRank() const override;
   std::vector<at::Tensor> result() override;
-  // Blocks until the op is done; while it is in flight (kBodiesOnlyStart),
-  // this thread polls it (tryPoll). A timeout of zero means the op's own timeout
-  // (the process group's unless the call gave one); when it passes, the op
-  // fails and this raises a RuntimeError naming the backend, op, rank and
-  // timeout. A shorter timeout given here only raises.
+  // Blocks until the op is done; with kBodiesOnlyStart, polls it meanwhile.
+  // Every op is done by its deadline plus a grace (the Runtime fails it), so
+  // this never blocks longer. A timeout given here only raises when it passes.
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
-  // Fails the op now; its body sees it cancelled.
+  // Fails the op now; a queued op never runs, a running one sees it cancelled.
   void abort() override;
-  // For CUDA tensors: makes the caller's current stream wait for the op.
+  // For accelerator tensors: makes the caller's current stream wait for the op.
   void synchronize() override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   uint64_t getSequencenumber() const override;
@@ -190,88 +198,74 @@ class WorkSingle : public c10d::Work {
   std::chrono::milliseconds getTimeout() const override;
 #endif
 
-  // For recvAnysource: the group rank the message came from.
-  void setSourceRank(int rank);
-
-  // Runs the body (on the thread the op belongs to) and completes the future
-  // unless the body completes it later (see inFlight()).
+  // Runs the body, unless the op is done already or may not start; completes
+  // the op unless the body left it in flight.
   void run();
-  // Whether run() was called.
-  bool ran() const {
-    return ran_.load(std::memory_order_acquire);
-  }
-  // Whether the body returned before the op completed (OpContext::completeLater)
-  // and nobody has seen it complete since.
-  bool inFlight() const {
-    return inFlight_.load(std::memory_order_acquire);
-  }
-  // Polls an op in flight once (its completeLater function), and completes
-  // it when that says so. Any thread may call it: the worker, and a caller
-  // waiting for the op; only one polls at a time, the others return false at
-  // once. True once nothing is left to poll: the op completed or failed (and
-  // is being finished), or it never went in flight.
+  // Polls an op in flight once; only one thread at a time, the others return
+  // false at once. True once nothing is left to poll.
   bool tryPoll();
-  // Whether the op completed (or failed) and its future is set.
+  // Completes the op with `error` (null for success); the first call counts.
+  // The op is done once its future, if it has one, is completed too.
+  void finish(std::exception_ptr error);
+  // Fails the op, past its deadline and grace (called by the Runtime).
+  void expire();
+
   bool done() const {
     return done_.load(std::memory_order_acquire);
   }
-  // Whether a caller waiting for the op in wait() polls it itself while it is
-  // in flight: where the ops' completeLater functions may run on any thread
-  // (kBodiesOnlyStart), and someone waits.
-  bool awaited() const {
-    return kBodiesOnlyStart && waiters_.load(std::memory_order_acquire) > 0;
+  bool inFlight() const {
+    return inFlight_.load(std::memory_order_acquire);
   }
-  // After the worker ran the body: wakes a caller sleeping in wait() when the
-  // op went in flight, so that it polls the op itself.
-  void notifyInFlight();
-  // Completes the op with `error` (nullptr for success). Only the first call
-  // counts: an op that timed out in wait() stays failed when its body returns,
-  // and a receive that completes after it failed fails the group.
-  void finish(std::exception_ptr error);
+  // Whether a caller polls it in wait() (kBodiesOnlyStart): the worker leaves it.
+  bool awaited() const {
+    return waiters_.load(std::memory_order_acquire) > 0;
+  }
+  bool isCollective() const;
   // "Backend NAME (rank R): OP #SEQ", the start of every message about the op.
   std::string describe() const;
-  // Every op but send and receive.
-  bool isCollective() const;
+  // When the runtime stops waiting for the op: its deadline and a grace.
+  Clock::time_point giveUpAt() const;
 
  private:
   friend class BackendSingle;
-  friend class WorkQueue;
 
-  // Waits until the op is done or `until` passed; returns done(). While the
-  // op is in flight (kBodiesOnlyStart) this thread polls it itself (tryPoll),
-  // yielding between polls for about four times as long as the group's ops
-  // took lately, then between growing sleeps.
-  bool await(std::chrono::steady_clock::time_point until);
-
-  // Why the op must not start (null when it may): the group was destroyed or
-  // can no longer be used, or the op's deadline passed while it was queued.
+  // Why the op must not start (null when it may).
   std::exception_ptr refusal() const;
+  // Drops the done function (and what it holds), then the op's hold on the library.
+  void release();
+  // Makes the op done: wait() returns, isCompleted() is true.
+  void publish();
+  // Completes `future` as the op completed, on the op's stream.
+  void settle(const c10::intrusive_ptr<c10::ivalue::Future>& future) const;
+  std::optional<c10::Stream> stream() const {
+    return device_ ? std::optional(device_->stream) : std::nullopt;
+  }
+  // Waits until done or `until`; returns done().
+  bool await(Clock::time_point until);
 
   const std::shared_ptr<Group> group_;
   const std::shared_ptr<Health> health_;
   const std::shared_ptr<Library> library_;
+  const std::shared_ptr<WorkQueue::State> queue_;
   const char* const op_;
   const std::chrono::milliseconds timeout_;
-  const std::chrono::steady_clock::time_point deadline_;
+  const Clock::time_point deadline_;
   const c10::IValue outputs_;
+  const std::shared_ptr<DeviceOp> device_;  // null for CPU ops
   Body body_;
-  std::function<bool()> later_;  // set by OpContext::completeLater; called under polling_
-  const std::shared_ptr<CudaOp> cuda_;  // null for CPU ops
-  uint64_t seq_ = 0;         // the op's number in the group (set when issued)
-  uint64_t collective_ = 0;  // the collective's number, the same on every rank
+  std::function<bool()> later_;  // OpContext::completeLater's; called under polling_
+  uint64_t seq_ = 0;             // the op's number in the group (set when issued)
+  uint64_t collective_ = 0;      // the collective's number, the same on every rank
   int sourceRank_ = -1;
-  std::atomic<bool> cancelled_{false};  // the body should give up
-  std::atomic<bool> ran_{false};
-  std::atomic<bool> inFlight_{false};  // later_ is set and has not returned true or thrown
-  std::atomic<bool> polling_{false};   // a thread is in tryPoll() (calls later_)
-  std::atomic<int> waiters_{0};        // callers in wait()
-  std::chrono::steady_clock::time_point started_;  // when run() began
-  std::shared_ptr<WorkQueue::State> queue_;  // the queue it was issued to (WorkQueue::issue)
-  bool countedCollective_ = false;           // in queue_->unfinishedCollectives
-  std::atomic<bool> finishing_{false};
+  bool holdsLibrary_ = false;
+  Clock::time_point started_;
+  std::atomic<bool> cancelled_{false};
+  std::atomic<bool> inFlight_{false};
+  std::atomic<bool> polling_{false};
+  std::atomic<int> waiters_{0};
   std::atomic<bool> done_{false};
   std::exception_ptr error_;  // written before done_ is set
-  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;  // made by the first getFuture()
 };
 
 class BackendSingle : public c10d::Backend {
@@ -297,20 +291,17 @@ class BackendSingle : public c10d::Backend {
   }
 
   const std::string getBackendName() const override;
-  // Fails the ops not started yet and stops the worker threads. Called by
-  // destroy_process_group(), abort() and the destructor; returns within a
-  // bounded time even while an op body is stuck in a library call.
+  // Fails the queued ops and stops the queues; ops in flight give up. The
+  // communicator is finalized once the last op lets go of it. Bounded in
+  // time, from any thread, an op's callback included.
   void shutdown() override;
   void abort() override;
   // The default timeout of the ops issued from now on.
   void setTimeout(std::chrono::milliseconds timeout) override;
 
-  // split_group (c10d's split path, taken where the default group has a
-  // device bound): the child's communicator comes from ops::split, else ops::init.
-  // c10d's ProcessGroup::splitGroup asks once per device type this backend
-  // serves (cpu, then cuda), with the same store and group name: the child made
-  // for the first is returned again, as create() makes one backend for all
-  // devices (two children would publish their bootstrap keys over each other).
+  // split_group: the child's communicator comes from ops::split, else
+  // ops::init. c10d asks once per device type this backend serves, with the
+  // same store and group name: the child made for the first is returned again.
   bool supportsSplitting() const override {
     return true;
   }
@@ -320,11 +311,8 @@ class BackendSingle : public c10d::Backend {
       const c10::intrusive_ptr<c10d::Backend::Options>& opts) override;
   c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions() override;
 
-  // The number of collectives (every op but send and receive) issued so far
-  // on this rank, the same on every rank of a group that issues them in the
-  // same order. TORCH_DISTRIBUTED_DEBUG=DETAIL wraps every backend in a
-  // ProcessGroupWrapper, which calls these to check that ranks agree on the
-  // collective they run; the count starts at 0 in every new group.
+  // The number of collectives issued so far on this rank, the same on every
+  // rank (ProcessGroupWrapper checks it under TORCH_DISTRIBUTED_DEBUG=DETAIL).
   void setSequenceNumberForGroup() override;
   uint64_t getSequenceNumberForGroup() override;
 
@@ -335,21 +323,22 @@ class BackendSingle : public c10d::Backend {
       const c10d::AllreduceOptions& opts) override;
 
  private:
-  // Numbers the op, then runs it on `queue`, or on the caller's thread when
-  // `queue` is null, and returns its Work. `inputs` holds the tensors the op
-  // reads but does not write (None when it works in place).
+  // Where an op runs: its queue, or the caller's thread (sends).
+  enum class Runs { kOnQueue, kOnReceives, kHere };
+
+  // Numbers the op, then runs or queues it, and returns its Work. `op` is
+  // the c10d method's name; `inputs` holds the tensors the op only reads.
   c10::intrusive_ptr<c10d::Work> enqueue(
-      WorkQueue* queue,
+      Runs where,
       c10d::OpType type,
       const char* op,
-      const char* profilingTitle,
       std::chrono::milliseconds timeout,
       c10::IValue outputs,
       const c10::IValue& inputs,
       WorkSingle::Body body);
 
-  // For an op on CUDA tensors: how it meets the caller's stream. Null for CPU.
-  std::shared_ptr<CudaOp> cudaOp(const c10::IValue& outputs, const c10::IValue& inputs);
+  // For an op on accelerator tensors: its stream and events. Null for CPU.
+  std::shared_ptr<DeviceOp> deviceOp(const c10::IValue& outputs, const c10::IValue& inputs);
 
   const std::shared_ptr<Group> group_;
   const std::shared_ptr<Health> health_ = std::make_shared<Health>();
@@ -357,7 +346,7 @@ class BackendSingle : public c10d::Backend {
   const single_collectives::Options options_;
   std::atomic<int64_t> timeoutMs_;  // the default op timeout (setTimeout)
   std::mutex streamsMutex_;
-  std::map<c10::DeviceIndex, c10::Stream> streams_;  // the backend's CUDA stream per device
+  std::vector<c10::Stream> streams_;  // the backend's stream for each device it used
   // The last child split() made, and its store and name (see split()).
   std::mutex splitMutex_;
   const c10d::Store* lastSplitStore_ = nullptr;
@@ -367,9 +356,9 @@ class BackendSingle : public c10d::Backend {
   // them in the order of their numbers, whichever threads issue them.
   std::mutex issueMutex_;
   uint64_t ops_ = 0;          // ops issued so far (each Work's sequence number)
-  uint64_t collectives_ = 0;  // collectives issued so far (see getSequenceNumberForGroup)
-  WorkQueue queue_;     // every op but the receives and sends
-  WorkQueue receives_;  // recv and recvAnysource (the catalogue's queue = "receives")
+  uint64_t collectives_ = 0;  // collectives issued so far
+  WorkQueue queue_;     // every op but the receives
+  WorkQueue receives_;  // recv and recvAnysource
 };
 
 } // namespace single_collectives
