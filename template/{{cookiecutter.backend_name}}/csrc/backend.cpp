@@ -27,14 +27,12 @@ constexpr auto kGrace = std::chrono::seconds(1);
 // How long destroying the group waits for a queue's thread to exit.
 constexpr auto kStopGrace = std::chrono::milliseconds(5000);
 
-// How a thread waits for what moves only while someone polls it (an op in
-// flight: a collective moves only while every rank polls), or for another
-// thread: first a few pause instructions, then yields for `yieldFor` (on a
-// machine with more ranks than cores the peer it waits for runs at once),
-// then sleeps, from 50 us doubling to 1 ms, through `sleep`, which whatever
-// it waits for can interrupt. On a core that other programs keep busy one
-// yield waits out their time slices (milliseconds): a yield that slow ends
-// the yielding.
+// How every thread here waits, for an op in flight (a collective moves only
+// while every rank polls it) or for another thread: a few pause instructions,
+// then yields for `yieldFor` (with more ranks than cores, the peer it waits
+// for runs at once), then sleeps through `sleep`, which what it waits for can
+// interrupt, from 50 us doubling to 1 ms. On a core other programs keep busy
+// a yield waits out their time slices: a yield that slow ends the yielding.
 class Backoff {
  public:
   explicit Backoff(Clock::duration yieldFor) : yieldUntil_(Clock::now() + yieldFor) {}
@@ -310,13 +308,12 @@ struct WorkQueue::State {
   // Polls the ops in flight once each (but those their callers poll); forgets
   // those that are over. Returns whether any was.
   bool poll(std::vector<c10::intrusive_ptr<{{ p.work_class }}>>& inFlight, bool stopping);
-  // Wakes the worker, waiting for `wake`, if `why`.
-  void wakeIf(bool why) {
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      why = why && waiting;
-    }
-    if (why) {
+  // A caller stopped polling its op: wakes the worker to take it over when
+  // `unfinished`, or to start the ops queued behind it.
+  void callerLeft(bool unfinished) {
+    std::unique_lock<std::mutex> lock(mutex);
+    if (waiting && (unfinished || !queued.empty())) {
+      lock.unlock();
       wake.notify_one();
     }
   }
@@ -346,8 +343,7 @@ void WorkQueue::push(const c10::intrusive_ptr<{{ p.work_class }}>& work) {
   State& s = *state_;
   std::unique_lock<std::mutex> lock(s.mutex);
   if (s.stopping) {
-    // The op started on the caller's thread as the group was destroyed: it
-    // fails, and this thread polls it until it gives up.
+    // Started on the caller's thread as the group was destroyed: it fails, and this thread polls it until it gives up.
     lock.unlock();
     work->finish(backendError(work->describe() + ": aborted, the process group was destroyed"));
     Backoff backoff(std::chrono::milliseconds(1));
@@ -408,10 +404,11 @@ void WorkQueue::stop(std::chrono::milliseconds grace) {
 
 void WorkQueue::State::loop() {
   std::vector<c10::intrusive_ptr<{{ p.work_class }}>> inFlight;  // this thread's alone
-  std::optional<Backoff> backoff;
+  std::optional<Backoff> backoff;  // since the last op started or completed
   for (;;) {
     c10::intrusive_ptr<{{ p.work_class }}> next;
     bool stop = false;
+    bool idle = false;
     {
       std::unique_lock<std::mutex> lock(mutex);
       inFlight.insert(inFlight.end(), started.begin(), started.end());
@@ -430,21 +427,14 @@ void WorkQueue::State::loop() {
         running = false;
         exited.notify_all();
         return;
-      } else if (inFlight.empty() || (!stopping && std::all_of(inFlight.begin(), inFlight.end(), [](const auto& work) {
-                                         return work->awaited();
-                                       }))) {
-        // Idle, or every op in flight is polled by its caller (who wakes
-        // this thread on leaving one unfinished).
-        waiting = true;
-        if (inFlight.empty()) {
-          wake.wait(lock);
-        } else {
-          wake.wait_for(lock, std::chrono::milliseconds(10));
-        }
-        waiting = false;
-        continue;
       }
       stop = stopping;
+      // Idle, or every op in flight is polled by its caller (who wakes this
+      // thread when it leaves one unfinished).
+      idle = !next && (inFlight.empty() ||
+                       (!stop && std::all_of(inFlight.begin(), inFlight.end(), [](const auto& work) {
+                          return work->awaited();
+                        })));
     }
     if (next) {
       next->run();
@@ -457,18 +447,22 @@ void WorkQueue::State::loop() {
       backoff.reset();
       continue;
     }
-    if (poll(inFlight, stop)) {
+    if (!idle && poll(inFlight, stop)) {
       backoff.reset();
       continue;
     }
     if (!backoff) {
-      backoff.emplace(pollBudget(latelyNs));
+      backoff.emplace(idle ? std::chrono::microseconds(50) : pollBudget(latelyNs));
     }
-    backoff->pause([this](Clock::duration nap) {
+    backoff->pause([&](Clock::duration nap) {
       std::unique_lock<std::mutex> lock(mutex);
       if (!pushed && !stopping) {
         waiting = true;
-        wake.wait_for(lock, nap);
+        if (idle && inFlight.empty()) {
+          wake.wait(lock);
+        } else {
+          wake.wait_for(lock, idle ? std::chrono::milliseconds(10) : nap);
+        }
         waiting = false;
       }
     });
@@ -623,6 +617,7 @@ void {{ p.work_class }}::release() {
 }
 
 void {{ p.work_class }}::finish(std::exception_ptr error) {
+  const auto self = c10::intrusive_ptr<{{ p.work_class }}>::reclaim_copy(this);  // unwatch() may drop another
   c10::intrusive_ptr<c10::ivalue::Future> future;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -662,7 +657,7 @@ void {{ p.work_class }}::finish(std::exception_ptr error) {
   }
   // The future's callbacks run on the Runtime's thread; the op is done once
   // they ran, as with gloo.
-  Runtime::get().post([self = c10::intrusive_ptr<{{ p.work_class }}>::reclaim_copy(this), future] {
+  Runtime::get().post([self, future] {
     self->settle(future);
     self->publish();
   });
@@ -721,7 +716,7 @@ bool {{ p.work_class }}::await(Clock::time_point until) {
   }
   if (kBodiesOnlyStart) {
     waiters_.fetch_sub(1);
-    queue_->wakeIf(inFlight());  // the worker takes over what this thread left
+    queue_->callerLeft(inFlight());
   }
   return done();
 }
@@ -908,7 +903,6 @@ c10::intrusive_ptr<c10d::Work> {{ p.backend_class }}::enqueue(
   auto work = c10::make_intrusive<{{ p.work_class }}>(
       group_, health_, library_, queue.state(), type, op, profilingTitle(op), timeout, std::move(outputs),
       std::move(body), std::move(device));
-  watch(work);
   {
     std::lock_guard<std::mutex> lock(issueMutex_);
     work->seq_ = ops_++;
@@ -916,6 +910,7 @@ c10::intrusive_ptr<c10d::Work> {{ p.backend_class }}::enqueue(
       work->collective_ = collectives_++;
       queue.state()->unfinishedCollectives.fetch_add(1);
     }
+    watch(work);
     // A body that only starts its op runs here when the queue would run it
     // at once: no hand-off to the worker and back. Nobody holds the op's
     // future yet, so finishing it here runs no callback under the lock.
