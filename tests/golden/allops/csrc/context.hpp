@@ -31,7 +31,19 @@ class Health;
 enum class Reduction { kSum, kAvg, kProduct, kMin, kMax, kBand, kBor, kBxor };
 
 // The name torch.distributed gives a reduction ("SUM", "AVG", ...).
-const char* reductionName(Reduction op);
+inline const char* reductionName(Reduction op) {
+  switch (op) {
+    case Reduction::kSum: return "SUM";
+    case Reduction::kAvg: return "AVG";
+    case Reduction::kProduct: return "PRODUCT";
+    case Reduction::kMin: return "MIN";
+    case Reduction::kMax: return "MAX";
+    case Reduction::kBand: return "BAND";
+    case Reduction::kBor: return "BOR";
+    case Reduction::kBxor: return "BXOR";
+  }
+  return "UNKNOWN";
+}
 
 // The process group an op runs in. The backend creates one and shares it with
 // every op it runs; only `aborted` ever changes.
@@ -67,11 +79,9 @@ struct OpContext {
   }
 
   // For a body that returns before its communication is done: the op
-  // completes when `done` returns true (or fails when it throws). The worker
-  // thread calls `done` until then, or the caller waiting for the op (one
-  // thread at a time, never two at once); sends and receives queued after it
-  // go ahead meanwhile, a later collective waits for it. `done` must give up
-  // itself when expired().
+  // completes when `done` returns true, or fails when it throws. See
+  // "Completing later" in ops.hpp: `done` is cheap, never blocks, owns what
+  // it uses and gives up once expired().
   void completeLater(std::function<bool()> done) const {
     *later = std::move(done);
   }

@@ -46,13 +46,12 @@ struct Communicator {
 };
 
 // Whether every op body only starts its communication and returns, leaving
-// the rest to OpContext::completeLater, whose function any thread may call
-// (one at a time), as in the MPI implementation. Then an op whose worker
-// thread is idle runs its body on the caller's thread instead, and a caller
-// waiting for an op polls it itself: no hand-off to the worker and back.
-// Leave it false while a body may wait for peers (on the caller's thread, it
-// would make an async op block) or a completeLater function uses state that
-// only its queue's thread may touch.
+// the rest to OpContext::completeLater, and every done function may run on
+// any thread (one at a time), as in the MPI implementation. Then an op whose
+// queue is idle runs its body on the caller's thread, and a caller waiting
+// for an op polls it itself: no hand-off to the worker and back. Leave it
+// false while a body may wait for peers (on the caller's thread, an async op
+// would block) or a done function uses state only its queue's thread may touch.
 constexpr bool kBodiesOnlyStart = false;
 
 // The element types and reductions this backend handles. They are checked on
@@ -60,25 +59,57 @@ constexpr bool kBodiesOnlyStart = false;
 bool supportsDtype(c10::ScalarType dtype);
 bool supportsReduction(Reduction op, c10::ScalarType dtype);
 
-// The collectives. Each runs on the backend's worker thread (or, with
-// kBodiesOnlyStart, on the caller's when the worker is idle), one at a time, in
-// the order they were called, after the plumbing checked its arguments: ranks
-// are ranks of the group and in range, and tensor counts, dtypes and sizes
-// match what the op needs on this rank. Throw (TORCH_CHECK) to fail the op;
-// the message reaches the caller as a RuntimeError naming the backend and op.
-// After a collective failed, the plumbing fails every later op of the group
-// without calling its body.
+// The contract between the plumbing and the functions below.
 //
-// Point-to-point ops are the exceptions. A send runs on the caller's thread,
-// as gloo and MPI post it, so it never waits behind queued collectives: it
-// must post the message and return. Receives (recv, recvAnysource) run, in
-// the order they were called, on a second worker thread, at the same time as
-// the other ops: a receive waits for its sender, and a rank may post it before
-// its own send (irecv then isend, as batch_isend_irecv does). So send and
-// receive bodies must be safe to run alongside any other op body. A receive
-// body should post the receive and complete later (ctx.completeLater): one
-// that waits for its message holds up every receive posted after it, and a
-// peer whose send depends on one of those then waits for this rank forever.
+// Threads. A group has two queues, each served by one thread of its own:
+// receives (recv, recvAnysource) run on one, every other op but send on the
+// other, one body at a time, in the order the ops were called. A send runs on
+// the caller's thread, as gloo and MPI post sends, so it never waits behind
+// queued collectives. With kBodiesOnlyStart, an op whose queue is idle runs
+// on the caller's thread too. So a send or receive body may run at the same
+// time as any other body: they must share the communicator safely.
+//
+// Arguments. They are checked before the body runs: ranks are the group's and
+// in range; tensor counts, dtypes, devices and sizes are what the op needs on
+// this rank. Tensors may be non-contiguous views, of any shape: use
+// .contiguous() or a copy where your library needs flat memory, and write
+// results back into the tensors given.
+//
+// Blocking. A body may wait for peers, but must give up, by throwing, once
+// ctx.expired() (its deadline passed, it was aborted, or the group was
+// destroyed). A receive body should not wait at all: it posts the receive and
+// completes later, or every receive posted after it waits too. A send body
+// must not wait for its receiver.
+//
+// Completing later. A body that returns before its communication is done
+// calls ctx.completeLater(done). `done` is then polled, by the queue's thread
+// or a waiting caller (one thread at a time), until it returns true (done) or
+// throws (failed). It must be cheap and must not block; it must own, by value
+// or shared_ptr, everything it uses (the body's locals are gone); and it must
+// give up once ctx.expired(). An op not done a second after its deadline is
+// failed, and its `done` is dropped without another call. While a collective
+// is in flight the collectives queued after it wait (they may use its
+// tensors); sends and receives do not.
+//
+// Tensors. An op's tensors stay alive until it completes. A send's tensor may
+// be reused once its Work completes, not before: copy it if your library
+// returns before it has read it. A receive that failed must not write its
+// tensor any more: if the message may still arrive, fail the group instead
+// (ctx.failGroup).
+//
+// Errors. Throw (TORCH_CHECK) to fail the op; the message reaches the caller
+// as a RuntimeError naming the backend and op. A collective that fails leaves
+// the group unusable: every later op of the group fails at once, without
+// calling its body.
+//
+// Callbacks. Futures complete on the plumbing's own threads, never on a
+// queue's thread nor inside a body or `done`, and never under a lock of the
+// plumbing: a future's callback may issue ops and wait for them.
+//
+// Lifecycle. init and split run on the caller's thread. finalize runs once,
+// on whichever thread lets go of the communicator last, after every op's
+// body and `done` returned for the last time. abort may run on any thread at
+// any time, once.
 namespace ops {
 
 // The lifecycle of a group, around its ops.
@@ -95,9 +126,9 @@ std::shared_ptr<Communicator> init(const GroupInfo& group);
 // Return nullptr to have init() called instead.
 std::shared_ptr<Communicator> split(Communicator& parent, const GroupInfo& child);
 
-// finalize: called once when the group is destroyed, after its last op
-// returned; release what init acquired. Not called when an op body was
-// still stuck after abort (it may still use the communicator).
+// finalize: called once the group is destroyed and its last op let go of the
+// communicator (see Lifecycle above); release what init acquired. Never
+// called while a body or `done` may still run.
 void finalize(Communicator& comm);
 
 // abort: called at most once, from any thread, when a collective failed or

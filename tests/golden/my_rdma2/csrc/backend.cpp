@@ -1,5 +1,6 @@
 // The plumbing of BackendMyRdma2: see backend.hpp. The op bodies are in ops.cpp.
 #include "backend.hpp"
+#include "checks.hpp"
 
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
@@ -25,14 +26,12 @@ constexpr auto kGrace = std::chrono::seconds(1);
 // How long destroying the group waits for a queue's thread to exit.
 constexpr auto kStopGrace = std::chrono::milliseconds(5000);
 
-// How a thread waits for what moves only while someone polls it (an op in
-// flight: a collective moves only while every rank polls), or for another
-// thread: first a few pause instructions, then yields for `yieldFor` (on a
-// machine with more ranks than cores the peer it waits for runs at once),
-// then sleeps, from 50 us doubling to 1 ms, through `sleep`, which whatever
-// it waits for can interrupt. On a core that other programs keep busy one
-// yield waits out their time slices (milliseconds): a yield that slow ends
-// the yielding.
+// How every thread here waits, for an op in flight (a collective moves only
+// while every rank polls it) or for another thread: a few pause instructions,
+// then yields for `yieldFor` (with more ranks than cores, the peer it waits
+// for runs at once), then sleeps through `sleep`, which what it waits for can
+// interrupt, from 50 us doubling to 1 ms. On a core other programs keep busy
+// a yield waits out their time slices: a yield that slow ends the yielding.
 class Backoff {
  public:
   explicit Backoff(Clock::duration yieldFor) : yieldUntil_(Clock::now() + yieldFor) {}
@@ -83,11 +82,8 @@ Clock::duration pollBudget(const std::atomic<int64_t>& latelyNs) {
 class Runtime {
  public:
   static Runtime& get() {
-    static const bool forkSafe = [] {
-      // A forked child has none of its parent's threads: it starts afresh.
-      pthread_atfork(nullptr, nullptr, [] { instance = new Runtime(); });
-      return true;
-    }();
+    // A forked child has none of its parent's threads: it starts afresh.
+    static const int forkSafe = pthread_atfork(nullptr, nullptr, [] { instance = new Runtime(); });
     (void)forkSafe;
     return *instance;
   }
@@ -193,13 +189,18 @@ std::string errorMessage(const std::exception_ptr& error) {
   }
 }
 
-// A c10d error (RuntimeError in Python) carrying `message`.
-std::exception_ptr backendError(const std::string& message) {
-  try {
-    C10_THROW_ERROR(DistBackendError, message);
-  } catch (...) {
-    return std::current_exception();
+
+// The title an op has in torch.profiler, "NAME:OP", kept for the process's
+// life (c10d::Work's profiling keeps the pointer).
+const char* profilingTitle(const char* op) {
+  static std::mutex mutex;
+  static std::map<std::string, std::string> titles;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::string& title = titles[op];
+  if (title.empty()) {
+    title = std::string("my_rdma2:") + op;
   }
+  return title.c_str();
 }
 
 // Every tensor in `outputs`, flattened, for Work::result().
@@ -213,242 +214,7 @@ void collectTensors(const c10::IValue& value, std::vector<at::Tensor>& out) {
   }
 }
 
-// The argument checks of one call. Each failure raises a RuntimeError that
-// names the backend, the rank, the op and what is wrong.
-class Check {
- public:
-  Check(const Group& group, const char* op) : group_(group), op_(op) {}
-
-  int size() const {
-    return group_.size;
-  }
-
-  // A usable tensor: defined, dense, on a device this build supports, of a
-  // dtype the backend supports.
-  void tensor(const at::Tensor& t, const char* what) const {
-    require(t.defined(), what, " is an undefined tensor");
-    require(t.layout() == c10::kStrided, what, " must be a dense tensor, got layout ", t.layout());
-    require(
-        t.is_cpu(),
-        what,
-        " is on ",
-        t.device(),
-        "; this backend is registered for cpu tensors");
-    require(supportsDtype(t.scalar_type()), what, " has dtype ", t.scalar_type(), ", which this backend does not support");
-  }
-
-  // Exactly one tensor, checked.
-  at::Tensor& one(std::vector<at::Tensor>& tensors, const char* what) const {
-    require(tensors.size() == 1, what, " must hold exactly one tensor, got ", tensors.size());
-    tensor(tensors.front(), what);
-    return tensors.front();
-  }
-
-  // At least one tensor, all checked, all of one dtype and on one device.
-  void many(const std::vector<at::Tensor>& tensors, const char* what) const {
-    require(!tensors.empty(), what, " is empty");
-    for (const at::Tensor& t : tensors) {
-      tensor(t, what);
-      sameDtype(t, tensors.front(), what);
-    }
-  }
-
-  // Exactly one tensor list.
-  std::vector<at::Tensor>& oneList(
-      std::vector<std::vector<at::Tensor>>& lists,
-      const char* what) const {
-    require(lists.size() == 1, what, " must hold exactly one tensor list, got ", lists.size());
-    return lists.front();
-  }
-
-  // One tensor per rank of the group, each like `like` (dtype, device, numel).
-  void perRank(
-      const std::vector<at::Tensor>& tensors,
-      const at::Tensor& like,
-      const char* what) const {
-    require(
-        static_cast<int>(tensors.size()) == size(),
-        what, " must hold one tensor per rank (", size(), "), got ", tensors.size());
-    for (const at::Tensor& t : tensors) {
-      tensor(t, what);
-      sameDtype(t, like, what);
-      require(t.numel() == like.numel(), what, " holds a tensor of ", t.numel(), " elements, expected ", like.numel());
-    }
-  }
-
-  // One tensor per rank of the group, of any size, all of one dtype.
-  void perRankAnyShape(const std::vector<at::Tensor>& tensors, const char* what) const {
-    require(
-        static_cast<int>(tensors.size()) == size(),
-        what, " must hold one tensor per rank (", size(), "), got ", tensors.size());
-    many(tensors, what);
-  }
-
-  // For gather and scatter: on the root, one list with a tensor per rank like
-  // `like`; on the other ranks, no list or one empty list. Returns the root's
-  // list, empty elsewhere.
-  std::vector<at::Tensor> rootList(
-      std::vector<std::vector<at::Tensor>>& lists,
-      int root,
-      const at::Tensor& like,
-      const char* what) const {
-    if (group_.rank != root) {
-      require(
-          lists.empty() || (lists.size() == 1 && lists.front().empty()),
-          what, " must be empty on ranks other than the root (", root, ")");
-      return {};
-    }
-    std::vector<at::Tensor>& list = oneList(lists, what);
-    perRank(list, like, what);
-    return list;
-  }
-
-  // allgather_coalesced: one list per rank, each matching `inputs` tensor for tensor.
-  void coalescedPerRank(
-      const std::vector<std::vector<at::Tensor>>& lists,
-      const std::vector<at::Tensor>& inputs,
-      const char* what) const {
-    require(
-        static_cast<int>(lists.size()) == size(),
-        what, " must hold one list per rank (", size(), "), got ", lists.size());
-    for (const std::vector<at::Tensor>& list : lists) {
-      require(
-          list.size() == inputs.size(),
-          what, " lists must hold one tensor per input (", inputs.size(), "), got ", list.size());
-      for (size_t i = 0; i < list.size(); ++i) {
-        tensor(list[i], what);
-        sameDtype(list[i], inputs[i], what);
-        require(list[i].numel() == inputs[i].numel(), what, " tensor ", i, " has ", list[i].numel(), " elements, expected ", inputs[i].numel());
-      }
-    }
-  }
-
-  // `big` holds `factor` times the elements of `small`, same dtype.
-  void scaled(
-      const at::Tensor& big,
-      const at::Tensor& small,
-      int64_t factor,
-      const char* what) const {
-    tensor(big, what);
-    sameDtype(big, small, what);
-    require(
-        big.numel() == small.numel() * factor,
-        what, " must hold ", small.numel() * factor, " elements (",
-        factor, " x ", small.numel(), "), got ", big.numel());
-  }
-
-  // `big` as scaled() on the root; ignored elsewhere.
-  void scaledOnRoot(
-      const at::Tensor& big,
-      const at::Tensor& small,
-      int root,
-      const char* what) const {
-    if (group_.rank == root) {
-      scaled(big, small, size(), what);
-    }
-  }
-
-  // The same for lists of tensors, pair by pair.
-  void scaledPairs(
-      const std::vector<at::Tensor>& bigs,
-      const std::vector<at::Tensor>& smalls,
-      int64_t factor,
-      const char* what) const {
-    require(bigs.size() == smalls.size(), what, " must hold ", smalls.size(), " tensors, got ", bigs.size());
-    for (size_t i = 0; i < bigs.size(); ++i) {
-      scaled(bigs[i], smalls[i], factor, what);
-    }
-  }
-
-  void sameDtype(const at::Tensor& t, const at::Tensor& like, const char* what) const {
-    require(
-        t.scalar_type() == like.scalar_type(),
-        what, " has dtype ", t.scalar_type(), " but the op's tensors are ", like.scalar_type());
-    require(t.device() == like.device(), what, " is on ", t.device(), " but the op's tensors are on ", like.device());
-  }
-
-  // Split sizes of an all_to_all_single along dimension 0; even splits when
-  // none are given.
-  std::vector<int64_t> splits(
-      const std::vector<int64_t>& sizes,
-      const at::Tensor& t,
-      const char* what) const {
-    require(t.dim() > 0, what, ": all_to_all_single needs tensors with at least one dimension");
-    const int64_t rows = t.size(0);
-    if (sizes.empty()) {
-      require(
-          rows % size() == 0,
-          what, " is empty, so dimension 0 (", rows, ") must split evenly across ", size(), " ranks");
-      return std::vector<int64_t>(size(), rows / size());
-    }
-    require(
-        static_cast<int>(sizes.size()) == size(),
-        what, " must hold one size per rank (", size(), "), got ", sizes.size());
-    int64_t total = 0;
-    for (int64_t s : sizes) {
-      require(s >= 0, what, " holds a negative size ", s);
-      total += s;
-    }
-    require(total == rows, what, " sums to ", total, " but dimension 0 has ", rows, " rows");
-    return sizes;
-  }
-
-  int root(int64_t rootRank, int64_t rootTensor = 0) const {
-    require(rootRank >= 0 && rootRank < size(), "root rank ", rootRank, " is out of range for a group of ", size());
-    require(rootTensor == 0, "root tensor must be 0, got ", rootTensor);
-    return static_cast<int>(rootRank);
-  }
-
-  int peer(int rank, const char* what) const {
-    require(rank >= 0 && rank < size(), what, " ", rank, " is out of range for a group of ", size());
-    return rank;
-  }
-
-  Reduction reduction(const c10d::ReduceOp& reduceOp, const at::Tensor& t) const {
-    Reduction op = Reduction::kSum;
-    switch (reduceOp.op_) {
-      case c10d::ReduceOp::SUM: op = Reduction::kSum; break;
-      case c10d::ReduceOp::AVG: op = Reduction::kAvg; break;
-      case c10d::ReduceOp::PRODUCT: op = Reduction::kProduct; break;
-      case c10d::ReduceOp::MIN: op = Reduction::kMin; break;
-      case c10d::ReduceOp::MAX: op = Reduction::kMax; break;
-      case c10d::ReduceOp::BAND: op = Reduction::kBand; break;
-      case c10d::ReduceOp::BOR: op = Reduction::kBor; break;
-      case c10d::ReduceOp::BXOR: op = Reduction::kBxor; break;
-      default:
-        require(false, "reduce op ", static_cast<int>(reduceOp.op_), " (e.g. PREMUL_SUM) is not supported");
-    }
-    require(
-        supportsReduction(op, t.scalar_type()),
-        "reduce op ", reductionName(op), " is not supported for dtype ", t.scalar_type());
-    return op;
-  }
-
- private:
-  template <typename... Args>
-  void require(bool ok, const Args&... reason) const {
-    TORCH_CHECK(ok, "Backend ", group_.backend, " (rank ", group_.rank, "): ", op_, ": ", reason...);
-  }
-
-  const Group& group_;
-  const char* const op_;
-};
-
 } // namespace
-
-const char* reductionName(Reduction op) {
-  switch (op) {
-    case Reduction::kSum: return "SUM";
-    case Reduction::kAvg: return "AVG";
-    case Reduction::kProduct: return "PRODUCT";
-    case Reduction::kMin: return "MIN";
-    case Reduction::kMax: return "MAX";
-    case Reduction::kBand: return "BAND";
-    case Reduction::kBor: return "BOR";
-    case Reduction::kBxor: return "BXOR";
-  }
-  return "UNKNOWN";
-}
 
 // ---------------------------------------------------------------------------
 // Health
@@ -473,6 +239,18 @@ std::exception_ptr Health::refuse(const std::string& who) const {
 
 void OpContext::failGroup(const std::string& why) const {
   health.fail(why);
+}
+
+std::exception_ptr backendError(const std::string& message) {
+  try {
+    C10_THROW_ERROR(DistBackendError, message);
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
+void watch(const c10::intrusive_ptr<WorkMyRdma2>& work) {
+  Runtime::get().watch(work);
 }
 
 // ---------------------------------------------------------------------------
@@ -521,23 +299,6 @@ void Library::finalize() {
   }
 }
 
-namespace {
-
-// The title an op has in torch.profiler, "NAME:OP", kept for the process's
-// life (c10d::Work's profiling keeps the pointer).
-const char* profilingTitle(const char* op) {
-  static std::mutex mutex;
-  static std::map<std::string, std::string> titles;
-  std::lock_guard<std::mutex> lock(mutex);
-  std::string& title = titles[op];
-  if (title.empty()) {
-    title = std::string("my_rdma2:") + op;
-  }
-  return title.c_str();
-}
-
-} // namespace
-
 // ---------------------------------------------------------------------------
 // WorkQueue
 
@@ -546,13 +307,12 @@ struct WorkQueue::State {
   // Polls the ops in flight once each (but those their callers poll); forgets
   // those that are over. Returns whether any was.
   bool poll(std::vector<c10::intrusive_ptr<WorkMyRdma2>>& inFlight, bool stopping);
-  // Wakes the worker, waiting for `wake`, if `why`.
-  void wakeIf(bool why) {
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      why = why && waiting;
-    }
-    if (why) {
+  // A caller stopped polling its op: wakes the worker to take it over when
+  // `unfinished`, or to start the ops queued behind it.
+  void callerLeft(bool unfinished) {
+    std::unique_lock<std::mutex> lock(mutex);
+    if (waiting && (unfinished || !queued.empty())) {
+      lock.unlock();
       wake.notify_one();
     }
   }
@@ -582,8 +342,7 @@ void WorkQueue::push(const c10::intrusive_ptr<WorkMyRdma2>& work) {
   State& s = *state_;
   std::unique_lock<std::mutex> lock(s.mutex);
   if (s.stopping) {
-    // The op started on the caller's thread as the group was destroyed: it
-    // fails, and this thread polls it until it gives up.
+    // Started on the caller's thread as the group was destroyed: it fails, and this thread polls it until it gives up.
     lock.unlock();
     work->finish(backendError(work->describe() + ": aborted, the process group was destroyed"));
     Backoff backoff(std::chrono::milliseconds(1));
@@ -644,10 +403,11 @@ void WorkQueue::stop(std::chrono::milliseconds grace) {
 
 void WorkQueue::State::loop() {
   std::vector<c10::intrusive_ptr<WorkMyRdma2>> inFlight;  // this thread's alone
-  std::optional<Backoff> backoff;
+  std::optional<Backoff> backoff;  // since the last op started or completed
   for (;;) {
     c10::intrusive_ptr<WorkMyRdma2> next;
     bool stop = false;
+    bool idle = false;
     {
       std::unique_lock<std::mutex> lock(mutex);
       inFlight.insert(inFlight.end(), started.begin(), started.end());
@@ -666,21 +426,14 @@ void WorkQueue::State::loop() {
         running = false;
         exited.notify_all();
         return;
-      } else if (inFlight.empty() || (!stopping && std::all_of(inFlight.begin(), inFlight.end(), [](const auto& work) {
-                                         return work->awaited();
-                                       }))) {
-        // Idle, or every op in flight is polled by its caller (who wakes
-        // this thread on leaving one unfinished).
-        waiting = true;
-        if (inFlight.empty()) {
-          wake.wait(lock);
-        } else {
-          wake.wait_for(lock, std::chrono::milliseconds(10));
-        }
-        waiting = false;
-        continue;
       }
       stop = stopping;
+      // Idle, or every op in flight is polled by its caller (who wakes this
+      // thread when it leaves one unfinished).
+      idle = !next && (inFlight.empty() ||
+                       (!stop && std::all_of(inFlight.begin(), inFlight.end(), [](const auto& work) {
+                          return work->awaited();
+                        })));
     }
     if (next) {
       next->run();
@@ -693,18 +446,22 @@ void WorkQueue::State::loop() {
       backoff.reset();
       continue;
     }
-    if (poll(inFlight, stop)) {
+    if (!idle && poll(inFlight, stop)) {
       backoff.reset();
       continue;
     }
     if (!backoff) {
-      backoff.emplace(pollBudget(latelyNs));
+      backoff.emplace(idle ? std::chrono::microseconds(50) : pollBudget(latelyNs));
     }
-    backoff->pause([this](Clock::duration nap) {
+    backoff->pause([&](Clock::duration nap) {
       std::unique_lock<std::mutex> lock(mutex);
       if (!pushed && !stopping) {
         waiting = true;
-        wake.wait_for(lock, nap);
+        if (idle && inFlight.empty()) {
+          wake.wait(lock);
+        } else {
+          wake.wait_for(lock, idle ? std::chrono::milliseconds(10) : nap);
+        }
         waiting = false;
       }
     });
@@ -859,6 +616,7 @@ void WorkMyRdma2::release() {
 }
 
 void WorkMyRdma2::finish(std::exception_ptr error) {
+  const auto self = c10::intrusive_ptr<WorkMyRdma2>::reclaim_copy(this);  // unwatch() may drop another
   c10::intrusive_ptr<c10::ivalue::Future> future;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -898,7 +656,7 @@ void WorkMyRdma2::finish(std::exception_ptr error) {
   }
   // The future's callbacks run on the Runtime's thread; the op is done once
   // they ran, as with gloo.
-  Runtime::get().post([self = c10::intrusive_ptr<WorkMyRdma2>::reclaim_copy(this), future] {
+  Runtime::get().post([self, future] {
     self->settle(future);
     self->publish();
   });
@@ -924,24 +682,6 @@ void WorkMyRdma2::settle(const c10::intrusive_ptr<c10::ivalue::Future>& future) 
   } else {
     future->markCompleted(outputs_);
   }
-}
-
-void WorkMyRdma2::expire() {
-  finish(backendError(
-      describe() + " did not complete within its " + std::to_string(timeout_.count()) +
-      " ms timeout (a peer may have failed, or not called " + op_ + ")"));
-}
-
-bool WorkMyRdma2::isCompleted() {
-  return done();
-}
-
-bool WorkMyRdma2::isSuccess() const {
-  return done() && !error_;
-}
-
-std::exception_ptr WorkMyRdma2::exception() const {
-  return done() ? error_ : nullptr;
 }
 
 int WorkMyRdma2::sourceRank() const {
@@ -975,7 +715,7 @@ bool WorkMyRdma2::await(Clock::time_point until) {
   }
   if (kBodiesOnlyStart) {
     waiters_.fetch_sub(1);
-    queue_->wakeIf(inFlight());  // the worker takes over what this thread left
+    queue_->callerLeft(inFlight());
   }
   return done();
 }
@@ -996,10 +736,6 @@ bool WorkMyRdma2::wait(std::chrono::milliseconds timeout) {
   }
   synchronize();
   return true;
-}
-
-void WorkMyRdma2::abort() {
-  finish(backendError(describe() + ": aborted"));
 }
 
 void WorkMyRdma2::synchronize() {
@@ -1028,135 +764,6 @@ c10::intrusive_ptr<c10::ivalue::Future> WorkMyRdma2::getFuture() {
   return future;
 }
 
-uint64_t WorkMyRdma2::getSequencenumber() const {
-  return seq_;
-}
-
-#if MY_RDMA2_TORCH_2_14
-std::chrono::milliseconds WorkMyRdma2::getTimeout() const {
-  return timeout_;
-}
-#endif
-
-namespace {
-
-// The group's c10d Store as ops::init sees it: every key under "bootstrap/"
-// (torch.distributed already scopes the store to the group), waits bounded
-// by the group's timeout.
-class StoreBootstrap : public Bootstrap {
- public:
-  StoreBootstrap(c10::intrusive_ptr<c10d::Store> store, std::chrono::milliseconds timeout)
-      : store_(std::move(store)), timeout_(timeout) {
-    TORCH_CHECK(store_, "Backend my_rdma2: torch.distributed passed no store");
-  }
-
-  void set(const std::string& key, const std::vector<uint8_t>& value) override {
-    store_->set(scoped(key), value);
-  }
-  std::vector<uint8_t> get(const std::string& key) override {
-    store_->wait({scoped(key)}, timeout_);
-    return store_->get(scoped(key));
-  }
-  bool check(const std::vector<std::string>& keys) override {
-    return store_->check(scoped(keys));
-  }
-  void wait(const std::vector<std::string>& keys) override {
-    store_->wait(scoped(keys), timeout_);
-  }
-  int64_t add(const std::string& key, int64_t delta) override {
-    return store_->add(scoped(key), delta);
-  }
-  void deleteKey(const std::string& key) override {
-    store_->deleteKey(scoped(key));
-  }
-  c10::intrusive_ptr<c10d::Store> c10dStore() override {
-    return store_;
-  }
-
- private:
-  static std::string scoped(const std::string& key) {
-    return "bootstrap/" + key;
-  }
-  static std::vector<std::string> scoped(const std::vector<std::string>& keys) {
-    std::vector<std::string> result;
-    result.reserve(keys.size());
-    for (const std::string& key : keys) {
-      result.push_back(scoped(key));
-    }
-    return result;
-  }
-
-  const c10::intrusive_ptr<c10d::Store> store_;
-  const std::chrono::milliseconds timeout_;
-};
-
-// Parses an environment variable's `text` into a field of Options.
-template <typename T>
-T parseOption(const std::string& variable, const std::string& text) {
-  const auto fail = [&](const char* type) {
-    TORCH_CHECK(
-        false, "Backend my_rdma2: environment variable ", variable, "=\"", text,
-        "\" is not ", type);
-  };
-  if constexpr (std::is_same_v<T, bool>) {
-    for (const char* yes : {"1", "true", "yes", "on", "TRUE", "True", "YES", "ON"}) {
-      if (text == yes) {
-        return true;
-      }
-    }
-    for (const char* no : {"0", "false", "no", "off", "FALSE", "False", "NO", "OFF", ""}) {
-      if (text == no) {
-        return false;
-      }
-    }
-    fail("a boolean (1, 0, true, false, yes, no, on, off)");
-  } else if constexpr (std::is_integral_v<T>) {
-    size_t used = 0;
-    long long value = 0;
-    try {
-      value = std::stoll(text, &used, 0);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != text.size()) {
-      fail("an integer");
-    }
-    return static_cast<T>(value);
-  } else if constexpr (std::is_floating_point_v<T>) {
-    size_t used = 0;
-    double value = 0;
-    try {
-      value = std::stod(text, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != text.size()) {
-      fail("a number");
-    }
-    return static_cast<T>(value);
-  } else {
-    static_assert(std::is_same_v<T, std::string>, "Options fields are bool, integers, floating point or std::string");
-    return text;
-  }
-  return T{};
-}
-
-} // namespace
-
-Options optionsFromEnvironment() {
-  Options options;
-  describeOptions([&options](const char* name, auto member, const char* /* doc */) {
-    std::string variable = "MY_RDMA2_";
-    for (const char* c = name; *c != '\0'; ++c) {
-      variable += static_cast<char>(std::toupper(static_cast<unsigned char>(*c)));
-    }
-    if (const char* text = std::getenv(variable.c_str())) {
-      using Field = std::decay_t<decltype(options.*member)>;
-      options.*member = parseOption<Field>(variable, text);
-    }
-  });
-  return options;
-}
 
 // ---------------------------------------------------------------------------
 // BackendMyRdma2
@@ -1167,54 +774,6 @@ namespace {
 // it (ops::split). Guarded by worldMutex.
 std::mutex worldMutex;
 std::weak_ptr<Library> world;
-
-std::shared_ptr<Group> makeGroup(int rank, int size, const std::string& id, std::vector<int64_t> globalRanks) {
-  auto group = std::make_shared<Group>();
-  group->backend = "my_rdma2";
-  group->rank = rank;
-  group->size = size;
-  group->id = id;
-  group->globalRanks = std::move(globalRanks);
-  if (group->globalRanks.empty()) {  // the default group: global ranks are group ranks
-    for (int r = 0; r < size; ++r) {
-      group->globalRanks.push_back(r);
-    }
-  }
-  return group;
-}
-
-// The group's communicator: ops::split from `parent` when there is one and it
-// gives one, else ops::init. Runs on the caller's thread.
-std::shared_ptr<Library> makeLibrary(
-    const Group& group,
-    const c10::intrusive_ptr<c10d::Store>& store,
-    std::chrono::milliseconds timeout,
-    const Options& options,
-    bool isWorld,
-    const std::shared_ptr<Library>& parent) {
-  auto bootstrap = std::make_shared<StoreBootstrap>(store, timeout);
-  const GroupInfo info{
-      group.backend, group.rank, group.size, group.globalRanks, group.id, timeout, options,
-      *bootstrap, isWorld};
-  std::shared_ptr<Communicator> comm;
-  try {
-    if (parent) {
-      comm = ops::split(parent->comm(), info);
-    }
-    if (!comm) {
-      comm = ops::init(info);
-    }
-  } catch (const std::exception& e) {
-    C10_THROW_ERROR(
-        DistBackendError,
-        "Backend my_rdma2 (rank " + std::to_string(group.rank) + "): creating the communicator of group " +
-            group.id + " failed: " + (dynamic_cast<const c10::Error*>(&e)
-                                          ? dynamic_cast<const c10::Error*>(&e)->what_without_backtrace()
-                                          : e.what()));
-  }
-  TORCH_CHECK(comm, "Backend my_rdma2: ops::", parent ? "split" : "init", " returned no communicator");
-  return std::make_shared<Library>(std::move(bootstrap), std::move(comm));
-}
 
 } // namespace
 
@@ -1341,16 +900,16 @@ c10::intrusive_ptr<c10d::Work> BackendMyRdma2::enqueue(
   WorkQueue& queue = where == Runs::kOnReceives ? receives_ : queue_;  // a send in flight is polled by queue_
   std::shared_ptr<DeviceOp> device = deviceOp(outputs, inputs);
   auto work = c10::make_intrusive<WorkMyRdma2>(
-      group_, health_, library_, queue.state_, type, op, profilingTitle(op), timeout, std::move(outputs),
+      group_, health_, library_, queue.state(), type, op, profilingTitle(op), timeout, std::move(outputs),
       std::move(body), std::move(device));
-  Runtime::get().watch(work);
   {
     std::lock_guard<std::mutex> lock(issueMutex_);
     work->seq_ = ops_++;
     if (work->isCollective()) {
       work->collective_ = collectives_++;
-      queue.state_->unfinishedCollectives.fetch_add(1);
+      queue.state()->unfinishedCollectives.fetch_add(1);
     }
+    watch(work);
     // A body that only starts its op runs here when the queue would run it
     // at once: no hand-off to the worker and back. Nobody holds the op's
     // future yet, so finishing it here runs no callback under the lock.
@@ -1412,8 +971,7 @@ c10::intrusive_ptr<c10d::Work> BackendMyRdma2::_reduce_scatter_base(
   check.tensor(outputBuffer, "outputBuffer");
   check.scaled(inputBuffer, outputBuffer, check.size(), "inputBuffer");
   const Reduction op = check.reduction(opts.reduceOp, outputBuffer);
-  const auto type = c10d::OpType::_REDUCE_SCATTER_BASE;
-  return enqueue(Runs::kOnQueue, type, __func__, opts.timeout, std::vector<at::Tensor>{outputBuffer}, std::vector<at::Tensor>{inputBuffer},
+  return enqueue(Runs::kOnQueue, c10d::OpType::_REDUCE_SCATTER_BASE, __func__, opts.timeout, std::vector<at::Tensor>{outputBuffer}, std::vector<at::Tensor>{inputBuffer},
       [=](const OpContext& ctx, WorkMyRdma2&) mutable { ops::_reduce_scatter_base(ctx, outputBuffer, inputBuffer, op); });
 }
 
@@ -1430,8 +988,7 @@ c10::intrusive_ptr<c10d::Work> BackendMyRdma2::alltoall_base(
   check.sameDtype(outputBuffer, inputBuffer, "outputBuffer");
   const std::vector<int64_t> outputSplits = check.splits(outputSplitSizes, outputBuffer, "outputSplitSizes");
   const std::vector<int64_t> inputSplits = check.splits(inputSplitSizes, inputBuffer, "inputSplitSizes");
-  const auto type = c10d::OpType::ALLTOALL_BASE;
-  return enqueue(Runs::kOnQueue, type, __func__, opts.timeout, std::vector<at::Tensor>{outputBuffer}, std::vector<at::Tensor>{inputBuffer},
+  return enqueue(Runs::kOnQueue, c10d::OpType::ALLTOALL_BASE, __func__, opts.timeout, std::vector<at::Tensor>{outputBuffer}, std::vector<at::Tensor>{inputBuffer},
       [=](const OpContext& ctx, WorkMyRdma2&) mutable { ops::alltoall_base(ctx, outputBuffer, inputBuffer, outputSplits, inputSplits); });
 }
 
@@ -1441,8 +998,7 @@ c10::intrusive_ptr<c10d::Work> BackendMyRdma2::send(
   const Check check(*group_, __func__);
   const at::Tensor& tensor = check.one(tensors, "tensors");
   const int dst = check.peer(dstRank, "dstRank");
-  const auto type = c10d::OpType::SEND;
-  return enqueue(Runs::kHere, type, __func__, c10d::kUnsetTimeout, tensors, {},
+  return enqueue(Runs::kHere, c10d::OpType::SEND, __func__, c10d::kUnsetTimeout, tensors, {},
       [=](const OpContext& ctx, WorkMyRdma2&) mutable { ops::send(ctx, tensor, dst, tag); });
 }
 
@@ -1452,8 +1008,7 @@ c10::intrusive_ptr<c10d::Work> BackendMyRdma2::recv(
   const Check check(*group_, __func__);
   at::Tensor& tensor = check.one(tensors, "tensors");
   const int src = check.peer(srcRank, "srcRank");
-  const auto type = c10d::OpType::RECV;
-  return enqueue(Runs::kOnReceives, type, __func__, c10d::kUnsetTimeout, tensors, {},
+  return enqueue(Runs::kOnReceives, c10d::OpType::RECV, __func__, c10d::kUnsetTimeout, tensors, {},
       [=](const OpContext& ctx, WorkMyRdma2&) mutable { ops::recv(ctx, tensor, src, tag); });
 }
 
@@ -1462,16 +1017,14 @@ c10::intrusive_ptr<c10d::Work> BackendMyRdma2::recvAnysource(
     std::vector<at::Tensor>& tensors, int tag) {
   const Check check(*group_, __func__);
   at::Tensor& tensor = check.one(tensors, "tensors");
-  const auto type = c10d::OpType::RECVANYSOURCE;
-  return enqueue(Runs::kOnReceives, type, __func__, c10d::kUnsetTimeout, tensors, {},
+  return enqueue(Runs::kOnReceives, c10d::OpType::RECVANYSOURCE, __func__, c10d::kUnsetTimeout, tensors, {},
       [=](const OpContext& ctx, WorkMyRdma2& work) mutable { work.sourceRank_ = ops::recvAnysource(ctx, tensor, tag); });
 }
 
 // Returns once every rank has entered it.
 c10::intrusive_ptr<c10d::Work> BackendMyRdma2::barrier(
     const c10d::BarrierOptions& opts) {
-  const auto type = c10d::OpType::BARRIER;
-  return enqueue(Runs::kOnQueue, type, __func__, opts.timeout, std::vector<at::Tensor>{}, {},
+  return enqueue(Runs::kOnQueue, c10d::OpType::BARRIER, __func__, opts.timeout, std::vector<at::Tensor>{}, {},
       [=](const OpContext& ctx, WorkMyRdma2&) mutable { ops::barrier(ctx); });
 }
 

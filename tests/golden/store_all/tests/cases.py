@@ -681,6 +681,24 @@ def cuda_streams(ctx: Ctx) -> None:
     assert torch.all(result == expected), f"expected {expected}, got {result[:4]}"
 
 
+def cuda_future_callbacks(ctx: Ctx) -> None:
+    """A future's callback, and work queued after get_future().wait(), see the op's result.
+
+    The caller's stream is kept busy before the op, so the op's work on its own
+    stream runs late: a future completed on any other stream than the op's
+    lets the callback read the tensor before the op wrote it.
+    """
+    t = torch.full((1 << 20,), float(ctx.rank + 1), device="cuda")
+    torch.cuda._sleep(50_000_000)  # the op starts after this, on the backend's stream
+    work = dist.all_reduce(t, op=dist.ReduceOp.AVG, async_op=True)
+    seen = work.get_future().then(lambda fut: fut.value()[0].clone()).wait()
+    after = t.clone()  # queued on the current stream once the future is waited for
+    torch.cuda.synchronize()
+    expected = sum(r + 1 for r in ctx.ranks) / len(ctx.ranks) if ctx.real else 0.0
+    assert torch.all(seen == expected), f"the callback saw {seen[:4]}, expected {expected}"
+    assert torch.all(after == expected), f"after wait: {after[:4]}, expected {expected}"
+
+
 def recv_from_each_source(ctx: Ctx) -> None:
     """Two ranks send to a third with one tag: each receive takes its own source's message.
 

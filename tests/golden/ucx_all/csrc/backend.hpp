@@ -115,6 +115,21 @@ class Library {
 // variable, when one does not parse as its field's type.
 Options optionsFromEnvironment();
 
+// A c10d error (a RuntimeError in Python) carrying `message`.
+std::exception_ptr backendError(const std::string& message);
+
+// A group: `globalRanks` empty for the default group (its ranks are global).
+std::shared_ptr<Group> makeGroup(int rank, int size, const std::string& id, std::vector<int64_t> globalRanks);
+// The group's communicator: ops::split from `parent` when there is one and it
+// gives one, else ops::init. Runs on the caller's thread (group.cpp).
+std::shared_ptr<Library> makeLibrary(
+    const Group& group,
+    const c10::intrusive_ptr<c10d::Store>& store,
+    std::chrono::milliseconds timeout,
+    const Options& options,
+    bool isWorld,
+    const std::shared_ptr<Library>& parent);
+
 // How an op on accelerator tensors meets the streams around it, as NCCL's do:
 // its body runs on the backend's stream once the caller's current stream has
 // reached the call (`ready`), `done` marks its end there, and the caller's
@@ -153,9 +168,12 @@ class WorkQueue {
   void stop(std::chrono::milliseconds grace);
 
   struct State;
+  // What its Works share with it.
+  const std::shared_ptr<State>& state() const {
+    return state_;
+  }
 
  private:
-  friend class BackendUcxAll;
   std::shared_ptr<State> state_;
 };
 
@@ -179,9 +197,15 @@ class WorkUcxAll : public c10d::Work {
       Body body,
       std::shared_ptr<DeviceOp> device);
 
-  bool isCompleted() override;
-  bool isSuccess() const override;
-  std::exception_ptr exception() const override;
+  bool isCompleted() override {
+    return done();
+  }
+  bool isSuccess() const override {
+    return done() && !error_;
+  }
+  std::exception_ptr exception() const override {
+    return done() ? error_ : nullptr;
+  }
   int sourceRank() const override;
   std::vector<at::Tensor> result() override;
   // Blocks until the op is done; with kBodiesOnlyStart, polls it meanwhile.
@@ -189,13 +213,19 @@ class WorkUcxAll : public c10d::Work {
   // this never blocks longer. A timeout given here only raises when it passes.
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
   // Fails the op now; a queued op never runs, a running one sees it cancelled.
-  void abort() override;
+  void abort() override {
+    finish(backendError(describe() + ": aborted"));
+  }
   // For accelerator tensors: makes the caller's current stream wait for the op.
   void synchronize() override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
-  uint64_t getSequencenumber() const override;
+  uint64_t getSequencenumber() const override {
+    return seq_;
+  }
 #if UCX_ALL_TORCH_2_14
-  std::chrono::milliseconds getTimeout() const override;
+  std::chrono::milliseconds getTimeout() const override {
+    return timeout_;
+  }
 #endif
 
   // Runs the body, unless the op is done already or may not start; completes
@@ -207,8 +237,12 @@ class WorkUcxAll : public c10d::Work {
   // Completes the op with `error` (null for success); the first call counts.
   // The op is done once its future, if it has one, is completed too.
   void finish(std::exception_ptr error);
-  // Fails the op, past its deadline and grace (called by the Runtime).
-  void expire();
+  // Fails the op, past its deadline and grace (the Runtime and wait() do).
+  void expire() {
+    finish(backendError(
+        describe() + " did not complete within its " + std::to_string(timeout_.count()) +
+        " ms timeout (a peer may have failed, or not called " + op_ + ")"));
+  }
 
   bool done() const {
     return done_.load(std::memory_order_acquire);
@@ -267,6 +301,10 @@ class WorkUcxAll : public c10d::Work {
   std::exception_ptr error_;  // written before done_ is set
   c10::intrusive_ptr<c10::ivalue::Future> future_;  // made by the first getFuture()
 };
+
+// Fails `work` (Work::expire) once its giveUpAt() passed, unless it is done
+// by then: every op is watched from the moment it is issued.
+void watch(const c10::intrusive_ptr<WorkUcxAll>& work);
 
 class BackendUcxAll : public c10d::Backend {
  public:

@@ -26,3 +26,8 @@ def test_op_on_cuda_tensors_async(cluster, op):
 def test_ops_follow_the_callers_stream(cluster):
     """Inputs written on a side stream are read after the write; results are ready after wait()."""
     cluster.run("cuda_streams")
+
+
+def test_future_callbacks_see_the_result_of_the_op(cluster):
+    """The future completes on the op's stream: its callbacks are ordered after the op."""
+    cluster.run("cuda_future_callbacks")
