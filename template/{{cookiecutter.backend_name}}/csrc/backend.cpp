@@ -269,7 +269,9 @@ bool Library::take() {
 }
 
 void Library::release() {
-  if (users_.fetch_sub(1) - 1 == kClosed) {
+  const int64_t before = users_.fetch_sub(1);
+  TORCH_INTERNAL_ASSERT((before & ~kClosed) > 0, "the library was released more often than taken");
+  if (before - 1 == kClosed) {
     finalize();
   }
 }
@@ -538,6 +540,7 @@ void {{ p.work_class }}::run() {
   if (cancelled_.load()) {
     return;  // aborted or failed while queued: its body never runs
   }
+  TORCH_INTERNAL_ASSERT(body_ && !holdsLibrary_, describe(), " ran twice");
   std::exception_ptr error = refusal();
   if (!error && !library_->take()) {
     error = backendError(describe() + ": cancelled, the process group was destroyed before it ran");
@@ -629,6 +632,8 @@ void {{ p.work_class }}::finish(std::exception_ptr error) {
       }
       return;
     }
+    // An op succeeds once its body or done function said so, not before.
+    TORCH_INTERNAL_ASSERT(error || !inFlight(), describe(), " completed while in flight");
     completed_ = true;
     error_ = error;
     if (error) {
@@ -878,10 +883,6 @@ void {{ p.backend_class }}::setTimeout(std::chrono::milliseconds timeout) {
   timeoutMs_.store(timeout.count());
 }
 
-void {{ p.backend_class }}::setSequenceNumberForGroup() {
-  // Every rank's count starts at 0 when the group is created: nothing to agree on.
-}
-
 uint64_t {{ p.backend_class }}::getSequenceNumberForGroup() {
   std::lock_guard<std::mutex> lock(issueMutex_);
   return collectives_;
@@ -911,16 +912,14 @@ c10::intrusive_ptr<c10d::Work> {{ p.backend_class }}::enqueue(
       queue.state()->unfinishedCollectives.fetch_add(1);
     }
     watch(work);
-    // A body that only starts its op runs here when the queue would run it
+    // A body that only starts its op runs here when its queue would run it
     // at once: no hand-off to the worker and back. Nobody holds the op's
     // future yet, so finishing it here runs no callback under the lock.
-    const bool here = kBodiesOnlyStart && where != Runs::kHere && !work->device_ && queue.idle();
-    if (where != Runs::kHere && !here) {
+    if (where != Runs::kHere && kBodiesOnlyStart && !work->device_ && queue.idle()) {
+      work->run();
+    } else if (where != Runs::kHere) {
       queue.push(work);
       return work;
-    }
-    if (here) {
-      work->run();
     }
   }
   if (where == Runs::kHere) {

@@ -352,7 +352,7 @@ class {{ p.backend_class }} : public c10d::Backend {
 
   // The number of collectives issued so far on this rank, the same on every
   // rank (ProcessGroupWrapper checks it under TORCH_DISTRIBUTED_DEBUG=DETAIL).
-  void setSequenceNumberForGroup() override;
+  void setSequenceNumberForGroup() override {}  // every rank's count starts at 0
   uint64_t getSequenceNumberForGroup() override;
 
   // The collectives of this backend. torch.distributed raises
