@@ -56,6 +56,18 @@ class Op:
     renamed: Rename | None = None
     op_type_renamed: Rename | None = None
 
+    def params_wrapped(self, indent: str = "    ", width: int = 100) -> str:
+        """The C++ parameters packed onto lines of at most ``width`` columns, continuations indented."""
+        lines = [""]
+        for param in self.params.split(", "):
+            joined = f"{lines[-1]}, {param}" if lines[-1] else param
+            if lines[-1] and len(indent) + len(joined) + 3 > width:
+                lines[-1] += ","
+                lines.append(param)
+            else:
+                lines[-1] = joined
+        return ("\n" + indent).join(lines)
+
     def body_for(self, impl: str) -> str:
         """The C++ body of this op in ops.cpp for an implementation (dummy, store, mpi, ucx)."""
         return getattr(self, impl)

@@ -216,27 +216,6 @@ void collectTensors(const c10::IValue& value, std::vector<at::Tensor>& out) {
 
 } // namespace
 
-// ---------------------------------------------------------------------------
-// Health
-
-void Health::fail(const std::string& what) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (!failed_.load(std::memory_order_relaxed)) {
-    failure_ = what;
-    failed_.store(true, std::memory_order_release);
-  }
-}
-
-std::exception_ptr Health::refuse(const std::string& who) const {
-  if (!failed_.load(std::memory_order_acquire)) {
-    return nullptr;
-  }
-  std::lock_guard<std::mutex> lock(mutex_);
-  return backendError(
-      who + ": this process group can no longer be used since " + failure_ +
-      "; destroy it and create a new one");
-}
-
 void OpContext::failGroup(const std::string& why) const {
   health.fail(why);
 }
@@ -268,7 +247,9 @@ bool Library::take() {
 }
 
 void Library::release() {
-  if (users_.fetch_sub(1) - 1 == kClosed) {
+  const int64_t before = users_.fetch_sub(1);
+  TORCH_INTERNAL_ASSERT((before & ~kClosed) > 0, "the library was released more often than taken");
+  if (before - 1 == kClosed) {
     finalize();
   }
 }
@@ -537,6 +518,7 @@ void WorkDummy::run() {
   if (cancelled_.load()) {
     return;  // aborted or failed while queued: its body never runs
   }
+  TORCH_INTERNAL_ASSERT(body_ && !holdsLibrary_, describe(), " ran twice");
   std::exception_ptr error = refusal();
   if (!error && !library_->take()) {
     error = backendError(describe() + ": cancelled, the process group was destroyed before it ran");
@@ -628,6 +610,8 @@ void WorkDummy::finish(std::exception_ptr error) {
       }
       return;
     }
+    // An op succeeds once its body or done function said so, not before.
+    TORCH_INTERNAL_ASSERT(error || !inFlight(), describe(), " completed while in flight");
     completed_ = true;
     error_ = error;
     if (error) {
@@ -877,10 +861,6 @@ void BackendDummy::setTimeout(std::chrono::milliseconds timeout) {
   timeoutMs_.store(timeout.count());
 }
 
-void BackendDummy::setSequenceNumberForGroup() {
-  // Every rank's count starts at 0 when the group is created: nothing to agree on.
-}
-
 uint64_t BackendDummy::getSequenceNumberForGroup() {
   std::lock_guard<std::mutex> lock(issueMutex_);
   return collectives_;
@@ -910,16 +890,14 @@ c10::intrusive_ptr<c10d::Work> BackendDummy::enqueue(
       queue.state()->unfinishedCollectives.fetch_add(1);
     }
     watch(work);
-    // A body that only starts its op runs here when the queue would run it
+    // A body that only starts its op runs here when its queue would run it
     // at once: no hand-off to the worker and back. Nobody holds the op's
     // future yet, so finishing it here runs no callback under the lock.
-    const bool here = kBodiesOnlyStart && where != Runs::kHere && !work->device_ && queue.idle();
-    if (where != Runs::kHere && !here) {
+    if (where != Runs::kHere && kBodiesOnlyStart && !work->device_ && queue.idle()) {
+      work->run();
+    } else if (where != Runs::kHere) {
       queue.push(work);
       return work;
-    }
-    if (here) {
-      work->run();
     }
   }
   if (where == Runs::kHere) {
@@ -972,12 +950,14 @@ c10::intrusive_ptr<c10d::Work> BackendDummy::allreduce(
 
 // Gathers the tensor of every rank into a list on every rank.
 c10::intrusive_ptr<c10d::Work> BackendDummy::allgather(
-    std::vector<std::vector<at::Tensor>>& outputTensors, std::vector<at::Tensor>& inputTensors, const c10d::AllgatherOptions& opts) {
+    std::vector<std::vector<at::Tensor>>& outputTensors, std::vector<at::Tensor>& inputTensors,
+    const c10d::AllgatherOptions& opts) {
   const Check check(*group_, __func__);
   const at::Tensor& input = check.one(inputTensors, "inputTensors");
   std::vector<at::Tensor>& outputs = check.oneList(outputTensors, "outputTensors");
   check.perRank(outputs, input, "outputTensors[0]");
-  return enqueue(Runs::kOnQueue, c10d::OpType::ALLGATHER, __func__, opts.timeout, outputTensors, inputTensors,
+  return enqueue(Runs::kOnQueue, c10d::OpType::ALLGATHER, __func__, opts.timeout,
+      outputTensors, inputTensors,
       [=](const OpContext& ctx, WorkDummy&) mutable { ops::allgather(ctx, outputs, input); });
 }
 

@@ -53,6 +53,9 @@ using Clock = std::chrono::steady_clock;
 
 class WorkDummy;
 
+// A c10d error (a RuntimeError in Python) carrying `message`.
+std::exception_ptr backendError(const std::string& message);
+
 // Whether a process group can still be used on this rank. The first
 // collective that fails or times out leaves the ranks disagreeing on which
 // collective comes next, so from then on every op of the group fails at once,
@@ -60,9 +63,22 @@ class WorkDummy;
 class Health {
  public:
   // Records the first failure; later ones change nothing.
-  void fail(const std::string& what);
+  void fail(const std::string& what) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!failed_.load(std::memory_order_relaxed)) {
+      failure_ = what;
+      failed_.store(true, std::memory_order_release);
+    }
+  }
   // Null while the group is usable; else the error refusing the op `who`.
-  std::exception_ptr refuse(const std::string& who) const;
+  std::exception_ptr refuse(const std::string& who) const {
+    if (!failed_.load(std::memory_order_acquire)) {
+      return nullptr;
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    return backendError(
+        who + ": this process group can no longer be used since " + failure_ + "; destroy it and create a new one");
+  }
 
  private:
   std::atomic<bool> failed_{false};
@@ -115,8 +131,6 @@ class Library {
 // variable, when one does not parse as its field's type.
 Options optionsFromEnvironment();
 
-// A c10d error (a RuntimeError in Python) carrying `message`.
-std::exception_ptr backendError(const std::string& message);
 
 // A group: `globalRanks` empty for the default group (its ranks are global).
 std::shared_ptr<Group> makeGroup(int rank, int size, const std::string& id, std::vector<int64_t> globalRanks);
@@ -351,7 +365,7 @@ class BackendDummy : public c10d::Backend {
 
   // The number of collectives issued so far on this rank, the same on every
   // rank (ProcessGroupWrapper checks it under TORCH_DISTRIBUTED_DEBUG=DETAIL).
-  void setSequenceNumberForGroup() override;
+  void setSequenceNumberForGroup() override {}  // every rank's count starts at 0
   uint64_t getSequenceNumberForGroup() override;
 
   // The collectives of this backend. torch.distributed raises

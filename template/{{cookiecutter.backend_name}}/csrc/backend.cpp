@@ -217,27 +217,6 @@ void collectTensors(const c10::IValue& value, std::vector<at::Tensor>& out) {
 
 } // namespace
 
-// ---------------------------------------------------------------------------
-// Health
-
-void Health::fail(const std::string& what) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (!failed_.load(std::memory_order_relaxed)) {
-    failure_ = what;
-    failed_.store(true, std::memory_order_release);
-  }
-}
-
-std::exception_ptr Health::refuse(const std::string& who) const {
-  if (!failed_.load(std::memory_order_acquire)) {
-    return nullptr;
-  }
-  std::lock_guard<std::mutex> lock(mutex_);
-  return backendError(
-      who + ": this process group can no longer be used since " + failure_ +
-      "; destroy it and create a new one");
-}
-
 void OpContext::failGroup(const std::string& why) const {
   health.fail(why);
 }
@@ -973,7 +952,7 @@ c10::intrusive_ptr<c10d::Work> {{ p.backend_class }}::{{ op.name }}(
 {%- else %}
 c10::intrusive_ptr<c10d::Work> {{ p.backend_class }}::{{ op.name }}(
 {%- endif %}
-    {{ op.params }}) {
+    {{ op.params_wrapped() }}) {
 {%- if op.checks %}
   const Check check(*group_, __func__);
   {{ op.checks | indent(2) }}
@@ -985,7 +964,14 @@ c10::intrusive_ptr<c10d::Work> {{ p.backend_class }}::{{ op.name }}(
   const auto type = c10d::OpType::{{ op.op_type }};
 #endif
 {%- endif %}
-  return enqueue(Runs::{{ "kOnReceives" if op.on_receive_queue else "kHere" if op.on_caller_thread else "kOnQueue" }}, {{ "type" if op.op_type_renamed else "c10d::OpType::" ~ op.op_type }}, __func__, {{ op.timeout }}, {{ op.outputs }}, {{ op.inputs or "{}" }},
+{%- set head = "  return enqueue(Runs::" ~ ("kOnReceives" if op.on_receive_queue else "kHere" if op.on_caller_thread else "kOnQueue") ~ ", " ~ ("type" if op.op_type_renamed else "c10d::OpType::" ~ op.op_type) ~ ", __func__, " ~ op.timeout ~ "," %}
+{%- set tensors = op.outputs ~ ", " ~ (op.inputs or "{}") ~ "," %}
+{%- if (head ~ " " ~ tensors) | length <= 100 %}
+{{ head }} {{ tensors }}
+{%- else %}
+{{ head }}
+      {{ tensors }}
+{%- endif %}
 {%- if op.returns == "int" %}
       [=](const OpContext& ctx, {{ p.work_class }}& work) mutable { work.sourceRank_ = ops::{{ op.name }}(ctx{{ ", " ~ op.args if op.args }}); });
 {%- else %}

@@ -216,27 +216,6 @@ void collectTensors(const c10::IValue& value, std::vector<at::Tensor>& out) {
 
 } // namespace
 
-// ---------------------------------------------------------------------------
-// Health
-
-void Health::fail(const std::string& what) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (!failed_.load(std::memory_order_relaxed)) {
-    failure_ = what;
-    failed_.store(true, std::memory_order_release);
-  }
-}
-
-std::exception_ptr Health::refuse(const std::string& who) const {
-  if (!failed_.load(std::memory_order_acquire)) {
-    return nullptr;
-  }
-  std::lock_guard<std::mutex> lock(mutex_);
-  return backendError(
-      who + ": this process group can no longer be used since " + failure_ +
-      "; destroy it and create a new one");
-}
-
 void OpContext::failGroup(const std::string& why) const {
   health.fail(why);
 }
@@ -268,7 +247,9 @@ bool Library::take() {
 }
 
 void Library::release() {
-  if (users_.fetch_sub(1) - 1 == kClosed) {
+  const int64_t before = users_.fetch_sub(1);
+  TORCH_INTERNAL_ASSERT((before & ~kClosed) > 0, "the library was released more often than taken");
+  if (before - 1 == kClosed) {
     finalize();
   }
 }
@@ -537,6 +518,7 @@ void WorkMyRdma2::run() {
   if (cancelled_.load()) {
     return;  // aborted or failed while queued: its body never runs
   }
+  TORCH_INTERNAL_ASSERT(body_ && !holdsLibrary_, describe(), " ran twice");
   std::exception_ptr error = refusal();
   if (!error && !library_->take()) {
     error = backendError(describe() + ": cancelled, the process group was destroyed before it ran");
@@ -628,6 +610,8 @@ void WorkMyRdma2::finish(std::exception_ptr error) {
       }
       return;
     }
+    // An op succeeds once its body or done function said so, not before.
+    TORCH_INTERNAL_ASSERT(error || !inFlight(), describe(), " completed while in flight");
     completed_ = true;
     error_ = error;
     if (error) {
@@ -877,10 +861,6 @@ void BackendMyRdma2::setTimeout(std::chrono::milliseconds timeout) {
   timeoutMs_.store(timeout.count());
 }
 
-void BackendMyRdma2::setSequenceNumberForGroup() {
-  // Every rank's count starts at 0 when the group is created: nothing to agree on.
-}
-
 uint64_t BackendMyRdma2::getSequenceNumberForGroup() {
   std::lock_guard<std::mutex> lock(issueMutex_);
   return collectives_;
@@ -910,16 +890,14 @@ c10::intrusive_ptr<c10d::Work> BackendMyRdma2::enqueue(
       queue.state()->unfinishedCollectives.fetch_add(1);
     }
     watch(work);
-    // A body that only starts its op runs here when the queue would run it
+    // A body that only starts its op runs here when its queue would run it
     // at once: no hand-off to the worker and back. Nobody holds the op's
     // future yet, so finishing it here runs no callback under the lock.
-    const bool here = kBodiesOnlyStart && where != Runs::kHere && !work->device_ && queue.idle();
-    if (where != Runs::kHere && !here) {
+    if (where != Runs::kHere && kBodiesOnlyStart && !work->device_ && queue.idle()) {
+      work->run();
+    } else if (where != Runs::kHere) {
       queue.push(work);
       return work;
-    }
-    if (here) {
-      work->run();
     }
   }
   if (where == Runs::kHere) {
@@ -971,7 +949,8 @@ c10::intrusive_ptr<c10d::Work> BackendMyRdma2::_reduce_scatter_base(
   check.tensor(outputBuffer, "outputBuffer");
   check.scaled(inputBuffer, outputBuffer, check.size(), "inputBuffer");
   const Reduction op = check.reduction(opts.reduceOp, outputBuffer);
-  return enqueue(Runs::kOnQueue, c10d::OpType::_REDUCE_SCATTER_BASE, __func__, opts.timeout, std::vector<at::Tensor>{outputBuffer}, std::vector<at::Tensor>{inputBuffer},
+  return enqueue(Runs::kOnQueue, c10d::OpType::_REDUCE_SCATTER_BASE, __func__, opts.timeout,
+      std::vector<at::Tensor>{outputBuffer}, std::vector<at::Tensor>{inputBuffer},
       [=](const OpContext& ctx, WorkMyRdma2&) mutable { ops::_reduce_scatter_base(ctx, outputBuffer, inputBuffer, op); });
 }
 
@@ -981,14 +960,16 @@ c10::intrusive_ptr<c10d::Work> BackendMyRdma2::all_to_all_single(
 #else
 c10::intrusive_ptr<c10d::Work> BackendMyRdma2::alltoall_base(
 #endif
-    at::Tensor& outputBuffer, at::Tensor& inputBuffer, std::vector<int64_t>& outputSplitSizes, std::vector<int64_t>& inputSplitSizes, const c10d::AllToAllOptions& opts) {
+    at::Tensor& outputBuffer, at::Tensor& inputBuffer, std::vector<int64_t>& outputSplitSizes,
+    std::vector<int64_t>& inputSplitSizes, const c10d::AllToAllOptions& opts) {
   const Check check(*group_, __func__);
   check.tensor(inputBuffer, "inputBuffer");
   check.tensor(outputBuffer, "outputBuffer");
   check.sameDtype(outputBuffer, inputBuffer, "outputBuffer");
   const std::vector<int64_t> outputSplits = check.splits(outputSplitSizes, outputBuffer, "outputSplitSizes");
   const std::vector<int64_t> inputSplits = check.splits(inputSplitSizes, inputBuffer, "inputSplitSizes");
-  return enqueue(Runs::kOnQueue, c10d::OpType::ALLTOALL_BASE, __func__, opts.timeout, std::vector<at::Tensor>{outputBuffer}, std::vector<at::Tensor>{inputBuffer},
+  return enqueue(Runs::kOnQueue, c10d::OpType::ALLTOALL_BASE, __func__, opts.timeout,
+      std::vector<at::Tensor>{outputBuffer}, std::vector<at::Tensor>{inputBuffer},
       [=](const OpContext& ctx, WorkMyRdma2&) mutable { ops::alltoall_base(ctx, outputBuffer, inputBuffer, outputSplits, inputSplits); });
 }
 
@@ -1017,14 +998,16 @@ c10::intrusive_ptr<c10d::Work> BackendMyRdma2::recvAnysource(
     std::vector<at::Tensor>& tensors, int tag) {
   const Check check(*group_, __func__);
   at::Tensor& tensor = check.one(tensors, "tensors");
-  return enqueue(Runs::kOnReceives, c10d::OpType::RECVANYSOURCE, __func__, c10d::kUnsetTimeout, tensors, {},
+  return enqueue(Runs::kOnReceives, c10d::OpType::RECVANYSOURCE, __func__, c10d::kUnsetTimeout,
+      tensors, {},
       [=](const OpContext& ctx, WorkMyRdma2& work) mutable { work.sourceRank_ = ops::recvAnysource(ctx, tensor, tag); });
 }
 
 // Returns once every rank has entered it.
 c10::intrusive_ptr<c10d::Work> BackendMyRdma2::barrier(
     const c10d::BarrierOptions& opts) {
-  return enqueue(Runs::kOnQueue, c10d::OpType::BARRIER, __func__, opts.timeout, std::vector<at::Tensor>{}, {},
+  return enqueue(Runs::kOnQueue, c10d::OpType::BARRIER, __func__, opts.timeout,
+      std::vector<at::Tensor>{}, {},
       [=](const OpContext& ctx, WorkMyRdma2&) mutable { ops::barrier(ctx); });
 }
 

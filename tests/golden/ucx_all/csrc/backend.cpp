@@ -216,27 +216,6 @@ void collectTensors(const c10::IValue& value, std::vector<at::Tensor>& out) {
 
 } // namespace
 
-// ---------------------------------------------------------------------------
-// Health
-
-void Health::fail(const std::string& what) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (!failed_.load(std::memory_order_relaxed)) {
-    failure_ = what;
-    failed_.store(true, std::memory_order_release);
-  }
-}
-
-std::exception_ptr Health::refuse(const std::string& who) const {
-  if (!failed_.load(std::memory_order_acquire)) {
-    return nullptr;
-  }
-  std::lock_guard<std::mutex> lock(mutex_);
-  return backendError(
-      who + ": this process group can no longer be used since " + failure_ +
-      "; destroy it and create a new one");
-}
-
 void OpContext::failGroup(const std::string& why) const {
   health.fail(why);
 }
@@ -268,7 +247,9 @@ bool Library::take() {
 }
 
 void Library::release() {
-  if (users_.fetch_sub(1) - 1 == kClosed) {
+  const int64_t before = users_.fetch_sub(1);
+  TORCH_INTERNAL_ASSERT((before & ~kClosed) > 0, "the library was released more often than taken");
+  if (before - 1 == kClosed) {
     finalize();
   }
 }
@@ -537,6 +518,7 @@ void WorkUcxAll::run() {
   if (cancelled_.load()) {
     return;  // aborted or failed while queued: its body never runs
   }
+  TORCH_INTERNAL_ASSERT(body_ && !holdsLibrary_, describe(), " ran twice");
   std::exception_ptr error = refusal();
   if (!error && !library_->take()) {
     error = backendError(describe() + ": cancelled, the process group was destroyed before it ran");
@@ -628,6 +610,8 @@ void WorkUcxAll::finish(std::exception_ptr error) {
       }
       return;
     }
+    // An op succeeds once its body or done function said so, not before.
+    TORCH_INTERNAL_ASSERT(error || !inFlight(), describe(), " completed while in flight");
     completed_ = true;
     error_ = error;
     if (error) {
@@ -877,10 +861,6 @@ void BackendUcxAll::setTimeout(std::chrono::milliseconds timeout) {
   timeoutMs_.store(timeout.count());
 }
 
-void BackendUcxAll::setSequenceNumberForGroup() {
-  // Every rank's count starts at 0 when the group is created: nothing to agree on.
-}
-
 uint64_t BackendUcxAll::getSequenceNumberForGroup() {
   std::lock_guard<std::mutex> lock(issueMutex_);
   return collectives_;
@@ -910,16 +890,14 @@ c10::intrusive_ptr<c10d::Work> BackendUcxAll::enqueue(
       queue.state()->unfinishedCollectives.fetch_add(1);
     }
     watch(work);
-    // A body that only starts its op runs here when the queue would run it
+    // A body that only starts its op runs here when its queue would run it
     // at once: no hand-off to the worker and back. Nobody holds the op's
     // future yet, so finishing it here runs no callback under the lock.
-    const bool here = kBodiesOnlyStart && where != Runs::kHere && !work->device_ && queue.idle();
-    if (where != Runs::kHere && !here) {
+    if (where != Runs::kHere && kBodiesOnlyStart && !work->device_ && queue.idle()) {
+      work->run();
+    } else if (where != Runs::kHere) {
       queue.push(work);
       return work;
-    }
-    if (here) {
-      work->run();
     }
   }
   if (where == Runs::kHere) {
@@ -986,7 +964,8 @@ c10::intrusive_ptr<c10d::Work> BackendUcxAll::allreduce_coalesced(
   const Check check(*group_, __func__);
   check.many(tensors, "tensors");
   const Reduction op = check.reduction(opts.reduceOp, tensors.front());
-  return enqueue(Runs::kOnQueue, c10d::OpType::ALLREDUCE_COALESCED, __func__, opts.timeout, tensors, {},
+  return enqueue(Runs::kOnQueue, c10d::OpType::ALLREDUCE_COALESCED, __func__, opts.timeout,
+      tensors, {},
       [=](const OpContext& ctx, WorkUcxAll&) mutable { ops::allreduce_coalesced(ctx, tensors, op); });
 }
 
@@ -1003,12 +982,14 @@ c10::intrusive_ptr<c10d::Work> BackendUcxAll::reduce(
 
 // Gathers the tensor of every rank into a list on every rank.
 c10::intrusive_ptr<c10d::Work> BackendUcxAll::allgather(
-    std::vector<std::vector<at::Tensor>>& outputTensors, std::vector<at::Tensor>& inputTensors, const c10d::AllgatherOptions& opts) {
+    std::vector<std::vector<at::Tensor>>& outputTensors, std::vector<at::Tensor>& inputTensors,
+    const c10d::AllgatherOptions& opts) {
   const Check check(*group_, __func__);
   const at::Tensor& input = check.one(inputTensors, "inputTensors");
   std::vector<at::Tensor>& outputs = check.oneList(outputTensors, "outputTensors");
   check.perRank(outputs, input, "outputTensors[0]");
-  return enqueue(Runs::kOnQueue, c10d::OpType::ALLGATHER, __func__, opts.timeout, outputTensors, inputTensors,
+  return enqueue(Runs::kOnQueue, c10d::OpType::ALLGATHER, __func__, opts.timeout,
+      outputTensors, inputTensors,
       [=](const OpContext& ctx, WorkUcxAll&) mutable { ops::allgather(ctx, outputs, input); });
 }
 
@@ -1022,17 +1003,20 @@ c10::intrusive_ptr<c10d::Work> BackendUcxAll::_allgather_base(
   const Check check(*group_, __func__);
   check.tensor(inputBuffer, "inputBuffer");
   check.scaled(outputBuffer, inputBuffer, check.size(), "outputBuffer");
-  return enqueue(Runs::kOnQueue, c10d::OpType::_ALLGATHER_BASE, __func__, opts.timeout, std::vector<at::Tensor>{outputBuffer}, std::vector<at::Tensor>{inputBuffer},
+  return enqueue(Runs::kOnQueue, c10d::OpType::_ALLGATHER_BASE, __func__, opts.timeout,
+      std::vector<at::Tensor>{outputBuffer}, std::vector<at::Tensor>{inputBuffer},
       [=](const OpContext& ctx, WorkUcxAll&) mutable { ops::_allgather_base(ctx, outputBuffer, inputBuffer); });
 }
 
 // All-gathers several tensors as one operation.
 c10::intrusive_ptr<c10d::Work> BackendUcxAll::allgather_coalesced(
-    std::vector<std::vector<at::Tensor>>& outputTensorLists, std::vector<at::Tensor>& inputTensors, const c10d::AllgatherOptions& opts) {
+    std::vector<std::vector<at::Tensor>>& outputTensorLists,
+    std::vector<at::Tensor>& inputTensors, const c10d::AllgatherOptions& opts) {
   const Check check(*group_, __func__);
   check.many(inputTensors, "inputTensors");
   check.coalescedPerRank(outputTensorLists, inputTensors, "outputTensorLists");
-  return enqueue(Runs::kOnQueue, c10d::OpType::ALLGATHER_COALESCED, __func__, opts.timeout, outputTensorLists, inputTensors,
+  return enqueue(Runs::kOnQueue, c10d::OpType::ALLGATHER_COALESCED, __func__, opts.timeout,
+      outputTensorLists, inputTensors,
       [=](const OpContext& ctx, WorkUcxAll&) mutable { ops::allgather_coalesced(ctx, outputTensorLists, inputTensors); });
 }
 
@@ -1042,7 +1026,8 @@ c10::intrusive_ptr<c10d::Work> BackendUcxAll::all_gather_single_coalesced(
 #else
 c10::intrusive_ptr<c10d::Work> BackendUcxAll::allgather_into_tensor_coalesced(
 #endif
-    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
   const Check check(*group_, __func__);
   check.many(inputs, "inputs");
   check.scaledPairs(outputs, inputs, check.size(), "outputs");
@@ -1057,12 +1042,14 @@ c10::intrusive_ptr<c10d::Work> BackendUcxAll::allgather_into_tensor_coalesced(
 
 // Gathers the tensor of every rank into a list on the root.
 c10::intrusive_ptr<c10d::Work> BackendUcxAll::gather(
-    std::vector<std::vector<at::Tensor>>& outputTensors, std::vector<at::Tensor>& inputTensors, const c10d::GatherOptions& opts) {
+    std::vector<std::vector<at::Tensor>>& outputTensors, std::vector<at::Tensor>& inputTensors,
+    const c10d::GatherOptions& opts) {
   const Check check(*group_, __func__);
   const int root = check.root(opts.rootRank);
   const at::Tensor& input = check.one(inputTensors, "inputTensors");
   std::vector<at::Tensor> outputs = check.rootList(outputTensors, root, input, "outputTensors");
-  return enqueue(Runs::kOnQueue, c10d::OpType::GATHER, __func__, opts.timeout, outputTensors, inputTensors,
+  return enqueue(Runs::kOnQueue, c10d::OpType::GATHER, __func__, opts.timeout,
+      outputTensors, inputTensors,
       [=](const OpContext& ctx, WorkUcxAll&) mutable { ops::gather(ctx, outputs, input, root); });
 }
 
@@ -1074,31 +1061,36 @@ c10::intrusive_ptr<c10d::Work> BackendUcxAll::gather_single(
   const int root = check.root(opts.rootRank);
   check.tensor(inputBuffer, "inputBuffer");
   check.scaledOnRoot(outputBuffer, inputBuffer, root, "outputBuffer");
-  return enqueue(Runs::kOnQueue, c10d::OpType::GATHER, __func__, opts.timeout, std::vector<at::Tensor>{outputBuffer}, std::vector<at::Tensor>{inputBuffer},
+  return enqueue(Runs::kOnQueue, c10d::OpType::GATHER, __func__, opts.timeout,
+      std::vector<at::Tensor>{outputBuffer}, std::vector<at::Tensor>{inputBuffer},
       [=](const OpContext& ctx, WorkUcxAll&) mutable { ops::gather_single(ctx, outputBuffer, inputBuffer, root); });
 }
 #endif
 
 // Sends the root's i-th tensor to rank i.
 c10::intrusive_ptr<c10d::Work> BackendUcxAll::scatter(
-    std::vector<at::Tensor>& outputTensors, std::vector<std::vector<at::Tensor>>& inputTensors, const c10d::ScatterOptions& opts) {
+    std::vector<at::Tensor>& outputTensors, std::vector<std::vector<at::Tensor>>& inputTensors,
+    const c10d::ScatterOptions& opts) {
   const Check check(*group_, __func__);
   const int root = check.root(opts.rootRank);
   at::Tensor& output = check.one(outputTensors, "outputTensors");
   const std::vector<at::Tensor> inputs = check.rootList(inputTensors, root, output, "inputTensors");
-  return enqueue(Runs::kOnQueue, c10d::OpType::SCATTER, __func__, opts.timeout, outputTensors, inputTensors,
+  return enqueue(Runs::kOnQueue, c10d::OpType::SCATTER, __func__, opts.timeout,
+      outputTensors, inputTensors,
       [=](const OpContext& ctx, WorkUcxAll&) mutable { ops::scatter(ctx, output, inputs, root); });
 }
 
 // Reduces the i-th tensor of every rank into the output of rank i.
 c10::intrusive_ptr<c10d::Work> BackendUcxAll::reduce_scatter(
-    std::vector<at::Tensor>& outputTensors, std::vector<std::vector<at::Tensor>>& inputTensors, const c10d::ReduceScatterOptions& opts) {
+    std::vector<at::Tensor>& outputTensors, std::vector<std::vector<at::Tensor>>& inputTensors,
+    const c10d::ReduceScatterOptions& opts) {
   const Check check(*group_, __func__);
   at::Tensor& output = check.one(outputTensors, "outputTensors");
   const std::vector<at::Tensor>& inputs = check.oneList(inputTensors, "inputTensors");
   check.perRank(inputs, output, "inputTensors[0]");
   const Reduction op = check.reduction(opts.reduceOp, output);
-  return enqueue(Runs::kOnQueue, c10d::OpType::REDUCE_SCATTER, __func__, opts.timeout, outputTensors, inputTensors,
+  return enqueue(Runs::kOnQueue, c10d::OpType::REDUCE_SCATTER, __func__, opts.timeout,
+      outputTensors, inputTensors,
       [=](const OpContext& ctx, WorkUcxAll&) mutable { ops::reduce_scatter(ctx, output, inputs, op); });
 }
 
@@ -1113,7 +1105,8 @@ c10::intrusive_ptr<c10d::Work> BackendUcxAll::_reduce_scatter_base(
   check.tensor(outputBuffer, "outputBuffer");
   check.scaled(inputBuffer, outputBuffer, check.size(), "inputBuffer");
   const Reduction op = check.reduction(opts.reduceOp, outputBuffer);
-  return enqueue(Runs::kOnQueue, c10d::OpType::_REDUCE_SCATTER_BASE, __func__, opts.timeout, std::vector<at::Tensor>{outputBuffer}, std::vector<at::Tensor>{inputBuffer},
+  return enqueue(Runs::kOnQueue, c10d::OpType::_REDUCE_SCATTER_BASE, __func__, opts.timeout,
+      std::vector<at::Tensor>{outputBuffer}, std::vector<at::Tensor>{inputBuffer},
       [=](const OpContext& ctx, WorkUcxAll&) mutable { ops::_reduce_scatter_base(ctx, outputBuffer, inputBuffer, op); });
 }
 
@@ -1123,12 +1116,14 @@ c10::intrusive_ptr<c10d::Work> BackendUcxAll::reduce_scatter_single_coalesced(
 #else
 c10::intrusive_ptr<c10d::Work> BackendUcxAll::reduce_scatter_tensor_coalesced(
 #endif
-    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
   const Check check(*group_, __func__);
   check.many(outputs, "outputs");
   check.scaledPairs(inputs, outputs, check.size(), "inputs");
   const Reduction op = check.reduction(opts.reduceOp, outputs.front());
-  return enqueue(Runs::kOnQueue, c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, __func__, opts.timeout, outputs, inputs,
+  return enqueue(Runs::kOnQueue, c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, __func__, opts.timeout,
+      outputs, inputs,
       [=](const OpContext& ctx, WorkUcxAll&) mutable { ops::reduce_scatter_tensor_coalesced(ctx, outputs, inputs, op); });
 }
 
@@ -1138,25 +1133,29 @@ c10::intrusive_ptr<c10d::Work> BackendUcxAll::all_to_all_single(
 #else
 c10::intrusive_ptr<c10d::Work> BackendUcxAll::alltoall_base(
 #endif
-    at::Tensor& outputBuffer, at::Tensor& inputBuffer, std::vector<int64_t>& outputSplitSizes, std::vector<int64_t>& inputSplitSizes, const c10d::AllToAllOptions& opts) {
+    at::Tensor& outputBuffer, at::Tensor& inputBuffer, std::vector<int64_t>& outputSplitSizes,
+    std::vector<int64_t>& inputSplitSizes, const c10d::AllToAllOptions& opts) {
   const Check check(*group_, __func__);
   check.tensor(inputBuffer, "inputBuffer");
   check.tensor(outputBuffer, "outputBuffer");
   check.sameDtype(outputBuffer, inputBuffer, "outputBuffer");
   const std::vector<int64_t> outputSplits = check.splits(outputSplitSizes, outputBuffer, "outputSplitSizes");
   const std::vector<int64_t> inputSplits = check.splits(inputSplitSizes, inputBuffer, "inputSplitSizes");
-  return enqueue(Runs::kOnQueue, c10d::OpType::ALLTOALL_BASE, __func__, opts.timeout, std::vector<at::Tensor>{outputBuffer}, std::vector<at::Tensor>{inputBuffer},
+  return enqueue(Runs::kOnQueue, c10d::OpType::ALLTOALL_BASE, __func__, opts.timeout,
+      std::vector<at::Tensor>{outputBuffer}, std::vector<at::Tensor>{inputBuffer},
       [=](const OpContext& ctx, WorkUcxAll&) mutable { ops::alltoall_base(ctx, outputBuffer, inputBuffer, outputSplits, inputSplits); });
 }
 
 // Every rank sends its i-th tensor to rank i.
 c10::intrusive_ptr<c10d::Work> BackendUcxAll::alltoall(
-    std::vector<at::Tensor>& outputTensors, std::vector<at::Tensor>& inputTensors, const c10d::AllToAllOptions& opts) {
+    std::vector<at::Tensor>& outputTensors, std::vector<at::Tensor>& inputTensors,
+    const c10d::AllToAllOptions& opts) {
   const Check check(*group_, __func__);
   check.perRankAnyShape(inputTensors, "inputTensors");
   check.perRankAnyShape(outputTensors, "outputTensors");
   check.sameDtype(outputTensors.front(), inputTensors.front(), "outputTensors");
-  return enqueue(Runs::kOnQueue, c10d::OpType::ALLTOALL, __func__, opts.timeout, outputTensors, inputTensors,
+  return enqueue(Runs::kOnQueue, c10d::OpType::ALLTOALL, __func__, opts.timeout,
+      outputTensors, inputTensors,
       [=](const OpContext& ctx, WorkUcxAll&) mutable { ops::alltoall(ctx, outputTensors, inputTensors); });
 }
 
@@ -1185,14 +1184,16 @@ c10::intrusive_ptr<c10d::Work> BackendUcxAll::recvAnysource(
     std::vector<at::Tensor>& tensors, int tag) {
   const Check check(*group_, __func__);
   at::Tensor& tensor = check.one(tensors, "tensors");
-  return enqueue(Runs::kOnReceives, c10d::OpType::RECVANYSOURCE, __func__, c10d::kUnsetTimeout, tensors, {},
+  return enqueue(Runs::kOnReceives, c10d::OpType::RECVANYSOURCE, __func__, c10d::kUnsetTimeout,
+      tensors, {},
       [=](const OpContext& ctx, WorkUcxAll& work) mutable { work.sourceRank_ = ops::recvAnysource(ctx, tensor, tag); });
 }
 
 // Returns once every rank has entered it.
 c10::intrusive_ptr<c10d::Work> BackendUcxAll::barrier(
     const c10d::BarrierOptions& opts) {
-  return enqueue(Runs::kOnQueue, c10d::OpType::BARRIER, __func__, opts.timeout, std::vector<at::Tensor>{}, {},
+  return enqueue(Runs::kOnQueue, c10d::OpType::BARRIER, __func__, opts.timeout,
+      std::vector<at::Tensor>{}, {},
       [=](const OpContext& ctx, WorkUcxAll&) mutable { ops::barrier(ctx); });
 }
 

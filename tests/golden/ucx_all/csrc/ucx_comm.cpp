@@ -36,13 +36,12 @@ std::string addressKey(int rank) {
   return "ucx/address/" + std::to_string(rank);
 }
 
-// Waits for a UCX request made outside any op (closing an endpoint), for at
-// most `limit`.
-void waitBriefly(ucp_worker_h worker, void* request, std::chrono::milliseconds limit) {
+// Waits for a UCX request made outside any op (closing an endpoint) until
+// `giveUp` at most, then frees it.
+void waitBriefly(ucp_worker_h worker, void* request, Clock::time_point giveUp) {
   if (request == nullptr || UCS_PTR_IS_ERR(request)) {
     return;
   }
-  const auto giveUp = Clock::now() + limit;
   while (ucp_request_check_status(request) == UCS_INPROGRESS && Clock::now() < giveUp) {
     ucp_worker_progress(worker);
   }
@@ -126,13 +125,18 @@ UcxComm::~UcxComm() {
   helper_.join();
 
   std::lock_guard<std::mutex> lock(mutex_);
-  // Messages nobody will finish: cancel the receives, give the rest a moment,
-  // and free the requests (UCX finishes or drops what is still in flight).
+  // Messages nobody will finish: cancel the receives, give the rest a moment
+  // (one for all of them: a rank may have abandoned thousands of sends to a
+  // peer that never received them), and free the requests (UCX finishes or
+  // drops what is still in flight).
   for (UcxRequest& r : abandoned_) {
     if (r.receive) {
       ucp_request_cancel(worker_, r.request);
     }
-    waitBriefly(worker_, r.request, std::chrono::milliseconds(100));
+  }
+  const auto giveUp = Clock::now() + std::chrono::milliseconds(100);
+  for (UcxRequest& r : abandoned_) {
+    waitBriefly(worker_, r.request, giveUp);
   }
   // Force-close: peers may be gone. Progress while closing may still move
   // what is left of those messages.
@@ -140,7 +144,7 @@ UcxComm::~UcxComm() {
   closeParams.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   closeParams.flags = UCP_EP_CLOSE_FLAG_FORCE;
   for (ucp_ep_h ep : endpoints_) {
-    waitBriefly(worker_, ucp_ep_close_nbx(ep, &closeParams), std::chrono::milliseconds(1000));
+    waitBriefly(worker_, ucp_ep_close_nbx(ep, &closeParams), Clock::now() + std::chrono::seconds(1));
   }
   ucp_worker_destroy(worker_);
   ucp_cleanup(context_);
