@@ -57,7 +57,7 @@ class Op:
     op_type_renamed: Rename | None = None
 
     def params_wrapped(self, indent: str = "    ", width: int = 100) -> str:
-        """The C++ parameters packed onto lines of at most ``width`` columns, continuations indented."""
+        """The C++ parameters, packed onto lines of at most ``width`` columns."""
         lines = [""]
         for param in self.params.split(", "):
             joined = f"{lines[-1]}, {param}" if lines[-1] else param
