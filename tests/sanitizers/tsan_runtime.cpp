@@ -8,6 +8,11 @@
 // mirrors the generated concurrency tests: 8 threads issuing ops while some
 // fail, destroy from a future's callback, abort() and shutdown() at once, and
 // adds a Work that times out in wait() while its body fails on the worker.
+// Then the runtime's guarantees, each case failing on a plausible bug: a done
+// function that never gives up is failed and dropped by the Runtime; an
+// aborted queued op never runs; callbacks may issue ops and wait for them;
+// a receive's callback may destroy the group while another receive is in
+// flight. test_sanitizers.py also builds it with kBodiesOnlyStart = true.
 #include <ATen/ops/full.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
@@ -25,7 +30,9 @@
 namespace {
 
 using Backend = san_store_collectives::BackendSanStore;
+using Work = san_store_collectives::WorkSanStore;
 using Clock = std::chrono::steady_clock;
+using Ms = std::chrono::milliseconds;
 constexpr int kWorld = 3;
 
 void check(bool ok, const std::string& what) {
@@ -191,19 +198,200 @@ void timeoutRacesTheWorker() {
   onEachRank([&](int rank) { ranks[rank]->shutdown(); });
 }
 
+// One rank's runtime without a Backend: a group of one over a HashStore, its
+// library, and one WorkQueue that Works built here are pushed to.
+struct Lone {
+  std::shared_ptr<san_store_collectives::Group> group = san_store_collectives::makeGroup(0, 1, "lone", {});
+  std::shared_ptr<san_store_collectives::Library> library = san_store_collectives::makeLibrary(
+      *group, c10::make_intrusive<c10d::HashStore>(), Ms(10000), san_store_collectives::Options{}, false,
+      nullptr);
+  san_store_collectives::WorkQueue queue;
+
+  // A Work of `type` running `body`; each has a Health of its own, so that
+  // one failing does not make the next refuse to run.
+  c10::intrusive_ptr<Work> make(c10d::OpType type, Ms timeout, Work::Body body) {
+    auto work = c10::make_intrusive<Work>(
+        group, std::make_shared<san_store_collectives::Health>(), library, queue.state(), type, "lone",
+        "san_store:lone", timeout, c10::IValue(), std::move(body), nullptr);
+    san_store_collectives::watch(work);
+    return work;
+  }
+};
+
+std::string errorOf(Work& work) {
+  try {
+    std::rethrow_exception(work.exception());
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
+// A collective whose done function never gives up (it ignores expired()):
+// the Runtime fails it about 1 s past its deadline without anyone waiting,
+// the queue's thread then drops it, so the collective queued behind it runs,
+// and the dropped op let go of the library. Fails if watch() or the Runtime
+// never expires it, if the queue keeps polling a failed op (the next
+// collective never runs), or if dropping it keeps its hold on the library.
+void aDoneFunctionThatNeverGivesUp() {
+  Lone lone;
+  const auto start = Clock::now();
+  auto stuck = lone.make(c10d::OpType::ALLREDUCE, Ms(300), [](const san_store_collectives::OpContext& ctx, Work&) {
+    ctx.completeLater([] { return false; });
+  });
+  std::atomic<bool> ran{false};
+  Clock::time_point ranAt;
+  auto next = lone.make(c10d::OpType::ALLREDUCE, Ms(20000), [&](const san_store_collectives::OpContext&, Work&) {
+    ranAt = Clock::now();
+    ran = true;
+  });
+  lone.queue.push(stuck);
+  lone.queue.push(next);
+  while (!stuck->isCompleted() && Clock::now() - start < std::chrono::seconds(10)) {
+    std::this_thread::sleep_for(Ms(10));  // no wait(): wait() would expire it itself
+  }
+  const auto failedAfter = Clock::now() - start;
+  check(stuck->isCompleted() && !stuck->isSuccess(), "the stuck op was never failed");
+  check(failedAfter < Ms(300 + 1000 + 1500), "the stuck op failed late");
+  check(errorOf(*stuck).find("within its 300 ms timeout") != std::string::npos,
+        "the stuck op's error does not name its timeout: " + errorOf(*stuck));
+  next->wait();
+  check(ran && ranAt - start >= Ms(300 + 1000), "the next collective did not run, or ran before the stuck one was dropped");
+  lone.queue.stop(Ms(5000));
+  lone.library->close();
+  check(!lone.library->busy(), "the dropped op still holds the library");
+}
+
+// abort() of an op queued behind one that blocks until released: its body
+// never runs (fails if run() does not check that the op was aborted).
+void abortAQueuedOp() {
+  Lone lone;
+  std::atomic<bool> release{false};
+  std::atomic<bool> blocking{false};
+  std::atomic<bool> ran{false};
+  auto first = lone.make(c10d::OpType::SEND, Ms(20000), [&](const san_store_collectives::OpContext&, Work&) {
+    blocking = true;
+    while (!release) {
+      std::this_thread::sleep_for(Ms(1));
+    }
+  });
+  auto queued = lone.make(c10d::OpType::SEND, Ms(20000), [&](const san_store_collectives::OpContext&, Work&) {
+    ran = true;
+  });
+  lone.queue.push(first);
+  lone.queue.push(queued);
+  while (!blocking) {
+    std::this_thread::sleep_for(Ms(1));
+  }
+  queued->abort();
+  release = true;
+  first->wait();
+  check(raisesBackendError([&] { queued->wait(); }), "the aborted op did not fail");
+  check(errorOf(*queued).find("aborted") != std::string::npos, "the aborted op's error: " + errorOf(*queued));
+  lone.queue.stop(Ms(5000));  // the queue's thread is done with it
+  check(!ran, "the aborted op's body ran");
+  lone.library->close();
+}
+
+// all_reduce(level) whose future's callback issues the next level's all_reduce
+// on the same backend and waits for it, `kLevels` deep. Counts correct sums.
+constexpr int kLevels = 3;
+void nested(Backend& backend, int level, std::atomic<int>& correct) {
+  std::vector<at::Tensor> tensors{at::full({4}, float(level))};
+  auto work = backend.allreduce(tensors, c10d::AllreduceOptions());
+  work->getFuture()->addCallback([&backend, level, &correct, tensors](c10::ivalue::Future& future) {
+    check(!future.hasError(), "level " + std::to_string(level) + " failed");
+    correct += tensors[0][0].item<float>() == float(kWorld * level);
+    if (level < kLevels) {
+      nested(backend, level + 1, correct);
+    }
+  });
+  work->wait();  // returns once the callback ran, so once every deeper level completed
+}
+
+// Every rank at once: a callback waiting for an op whose callback waits for
+// another. Fails (a deadlock, then timeouts) if callbacks ran on a queue's
+// thread or the Runtime had no idle thread left for the deeper futures.
+void callbacksIssueOpsAndWait() {
+  auto ranks = group("nested", std::chrono::seconds(20));
+  onEachRank([&](int rank) {
+    std::atomic<int> correct{0};
+    nested(*ranks[rank], 1, correct);
+    check(correct == kLevels, "rank " + std::to_string(rank) + ": wrong sums in nested callbacks");
+  });
+  onEachRank([&](int rank) { ranks[rank]->shutdown(); });
+}
+
+// Rank 0 destroys its group from the callback of a receive while another of
+// its receives (from a rank that never sends) is in flight: that receive
+// fails, promptly, and the teardown from a Runtime thread races nothing.
+void destroyFromAReceiveCallback() {
+  auto ranks = group("recv-callback", std::chrono::seconds(20));
+  Backend* zero = ranks[0].get();
+  std::vector<at::Tensor> first{at::full({3}, -1.0F)};
+  std::vector<at::Tensor> other{at::full({3}, -1.0F)};
+  auto waiting = zero->recv(other, 2, 8);
+  auto received = zero->recv(first, 1, 7);
+  std::atomic<bool> destroyed{false};
+  received->getFuture()->addCallback([zero, &destroyed](c10::ivalue::Future&) {
+    zero->shutdown();
+    destroyed = true;
+  });
+  std::vector<at::Tensor> message{at::full({3}, 5.0F)};
+  ranks[1]->send(message, 0, 7)->wait();
+  const auto start = Clock::now();
+  received->wait();
+  check(first[0][1].item<float>() == 5.0F, "the first receive's data");
+  check(raisesBackendError([&] { waiting->wait(); }), "the other receive did not fail");
+  check(Clock::now() - start < std::chrono::seconds(10), "the other receive failed late");
+  while (!destroyed) {
+    std::this_thread::sleep_for(Ms(1));
+  }
+  onEachRank([&](int rank) { ranks[rank]->shutdown(); });
+}
+
 } // namespace
 
-int main() {
+// With an argument, runs only the cases whose names contain it.
+int main(int argc, char** argv) {
+  // A case that hangs fails instead, naming itself.
+  std::atomic<const char*> current{nullptr};
+  std::atomic<int64_t> startedMs{0};
+  std::thread([&] {
+    for (;;) {
+      std::this_thread::sleep_for(Ms(500));
+      const int64_t began = startedMs.load();
+      const int64_t now = std::chrono::duration_cast<Ms>(Clock::now().time_since_epoch()).count();
+      if (began != 0 && now - began > 120000) {
+        check(false, std::string("hangs: ") + current.load());
+      }
+    }
+  }).detach();
   const std::vector<std::pair<const char*, void (*)()>> cases{
       {"eight threads while some fail", eightThreadsWhileSomeFail},
       {"destroy from a callback", destroyFromACallback},
       {"abort and shutdown at once", abortAndShutdownAtOnce},
       {"a timeout races the worker", timeoutRacesTheWorker},
+      {"a done function that never gives up", aDoneFunctionThatNeverGivesUp},
+      {"abort a queued op", abortAQueuedOp},
+      {"callbacks issue ops and wait", callbacksIssueOpsAndWait},
+      {"destroy from a receive's callback", destroyFromAReceiveCallback},
   };
+  std::cout << "cases: " << cases.size() << (san_store_collectives::kBodiesOnlyStart ? " (kBodiesOnlyStart)" : "")
+            << std::endl;
   for (const auto& [name, run] : cases) {
+    if (argc > 1 && std::string(name).find(argv[1]) == std::string::npos) {
+      continue;
+    }
     const auto start = Clock::now();
-    run();
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+    current = name;
+    startedMs = std::chrono::duration_cast<Ms>(start.time_since_epoch()).count();
+    try {
+      run();
+    } catch (const std::exception& e) {
+      check(false, std::string(name) + ": unexpected error: " + e.what());
+    }
+    startedMs = 0;
+    const auto ms = std::chrono::duration_cast<Ms>(Clock::now() - start);
     std::cout << "passed: " << name << " (" << ms.count() << " ms)" << std::endl;
   }
   return 0;
