@@ -884,16 +884,16 @@ c10::intrusive_ptr<c10d::Work> BackendStoreAll::enqueue(
       std::move(body), std::move(device));
   {
     std::lock_guard<std::mutex> lock(issueMutex_);
+    // A body that only starts its op runs here if its queue would run it at once (no hand-off);
+    // nobody holds the op's future yet, so finishing it here runs no callback under the lock.
+    const bool here = where != Runs::kHere && kBodiesOnlyStart && !work->device_ && queue.idle();
     work->seq_ = ops_++;
     if (work->isCollective()) {
       work->collective_ = collectives_++;
       queue.state()->unfinishedCollectives.fetch_add(1);
     }
     watch(work);
-    // A body that only starts its op runs here when its queue would run it
-    // at once: no hand-off to the worker and back. Nobody holds the op's
-    // future yet, so finishing it here runs no callback under the lock.
-    if (where != Runs::kHere && kBodiesOnlyStart && !work->device_ && queue.idle()) {
+    if (here) {
       work->run();
     } else if (where != Runs::kHere) {
       queue.push(work);
