@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <deque>
-#include <sstream>
 #include <thread>
 #include <type_traits>
 #include <utility>
@@ -31,14 +30,15 @@ constexpr auto kStopGrace = std::chrono::milliseconds(5000);
 // then yields for `yieldFor` (with more ranks than cores, the peer it waits
 // for runs at once), then sleeps through `sleep`, which what it waits for can
 // interrupt, from 50 us doubling to 1 ms. On a core other programs keep busy
-// a yield waits out their time slices: a yield that slow ends the yielding.
+// a yield waits out their time slices: a yield that slow ends the yielding,
+// unless the thread `polls` an op, which moves only while it is polled.
 class Backoff {
  public:
-  explicit Backoff(Clock::duration yieldFor) : yieldUntil_(Clock::now() + yieldFor) {}
+  Backoff(Clock::duration yieldFor, bool polls) : yieldUntil_(Clock::now() + yieldFor), polls_(polls) {}
 
   template <typename Sleep>
   void pause(Sleep&& sleep) {
-    if (++polls_ <= 16) {
+    if (++pauses_ <= 16) {
 #if defined(__x86_64__) || defined(__i386__)
       __builtin_ia32_pause();
 #elif defined(__aarch64__)
@@ -49,7 +49,7 @@ class Backoff {
     const auto before = Clock::now();
     if (before < yieldUntil_) {
       std::this_thread::yield();
-      if (Clock::now() - before > std::chrono::microseconds(500)) {
+      if (!polls_ && Clock::now() - before > std::chrono::microseconds(500)) {
         yieldUntil_ = before;
       }
       return;
@@ -60,7 +60,8 @@ class Backoff {
 
  private:
   Clock::time_point yieldUntil_;
-  int polls_ = 0;
+  const bool polls_;
+  int pauses_ = 0;
   Clock::duration nap_ = std::chrono::microseconds(50);
 };
 
@@ -98,9 +99,11 @@ class Runtime {
   // Fails `work` (Work::expire) once its giveUpAt() passed, unless it is done by then.
   void watch(const c10::intrusive_ptr<WorkAllops>& work) {
     std::lock_guard<std::mutex> lock(mutex_);
-    const bool first = deadlines_.empty() || work->giveUpAt() < deadlines_.begin()->first;
+    // Idle threads look at the deadlines at least once a minute (loop()).
+    const bool soon = work->giveUpAt() < Clock::now() + kLookEvery &&
+        (deadlines_.empty() || work->giveUpAt() < deadlines_.begin()->first);
     deadlines_.emplace(work->giveUpAt(), work);
-    if (first) {
+    if (soon) {
       wakeOrStart();
     }
   }
@@ -120,6 +123,7 @@ class Runtime {
 
  private:
   static Runtime* instance;
+  static constexpr auto kLookEvery = std::chrono::minutes(1);
 
   void wakeOrStart() {
     if (idle_ > 0) {
@@ -143,12 +147,12 @@ class Runtime {
       } else if (!deadlines_.empty() && deadlines_.begin()->first <= now) {
         late = std::move(deadlines_.begin()->second);
         deadlines_.erase(deadlines_.begin());
-      } else if (idle_ > 2 && now - idleSince > std::chrono::minutes(1)) {
+      } else if (idle_ > 2 && now - idleSince > kLookEvery) {
         --idle_;
         return;
       } else {
-        const auto until = deadlines_.empty() ? now + std::chrono::minutes(1) : deadlines_.begin()->first;
-        wake_.wait_until(lock, until);
+        const auto look = now + kLookEvery;
+        wake_.wait_until(lock, deadlines_.empty() ? look : std::min(deadlines_.begin()->first, look));
         continue;
       }
       if (--idle_ == 0) {
@@ -203,14 +207,12 @@ const char* profilingTitle(const char* op) {
   return title.c_str();
 }
 
-// Every tensor in `outputs`, flattened, for Work::result().
-void collectTensors(const c10::IValue& value, std::vector<at::Tensor>& out) {
-  if (value.isTensor()) {
-    out.push_back(value.toTensor());
-  } else if (value.isList()) {
-    for (const c10::IValue& item : value.toListRef()) {
-      collectTensors(item, out);
-    }
+template <typename F>
+void warnIfThrows(const char* what, F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    TORCH_WARN("Backend allops: ", what, " failed: ", e.what());
   }
 }
 
@@ -225,6 +227,16 @@ std::exception_ptr backendError(const std::string& message) {
     C10_THROW_ERROR(DistBackendError, message);
   } catch (...) {
     return std::current_exception();
+  }
+}
+
+void collectTensors(const c10::IValue& value, std::vector<at::Tensor>& out) {
+  if (value.isTensor()) {
+    out.push_back(value.toTensor());
+  } else if (value.isList()) {
+    for (const c10::IValue& item : value.toListRef()) {
+      collectTensors(item, out);
+    }
   }
 }
 
@@ -260,23 +272,19 @@ void Library::close() {
   }
 }
 
+// ops::abort and ops::finalize, each once: an error is a warning, as nobody waits for them.
 void Library::abort() {
-  if (!aborted_.exchange(true)) {
-    try {
-      ops::abort(*comm_);
-    } catch (const std::exception& e) {
-      TORCH_WARN("Backend allops: ops::abort failed: ", e.what());
+  if (take()) {  // never once finalized
+    if (!aborted_.exchange(true)) {
+      warnIfThrows("ops::abort", [this] { ops::abort(*comm_); });
     }
+    release();
   }
 }
 
 void Library::finalize() {
   if (!finalized_.exchange(true)) {
-    try {
-      ops::finalize(*comm_);
-    } catch (const std::exception& e) {
-      TORCH_WARN("Backend allops: ops::finalize failed: ", e.what());
-    }
+    warnIfThrows("ops::finalize", [this] { ops::finalize(*comm_); });
   }
 }
 
@@ -292,7 +300,8 @@ struct WorkQueue::State {
   // `unfinished`, or to start the ops queued behind it.
   void callerLeft(bool unfinished) {
     std::unique_lock<std::mutex> lock(mutex);
-    if (waiting && (unfinished || !queued.empty())) {
+    if (unfinished || !queued.empty()) {
+      changed.store(true);
       lock.unlock();
       wake.notify_one();
     }
@@ -307,7 +316,7 @@ struct WorkQueue::State {
   bool running = false;  // the thread is in loop()
   bool stopping = false;
   bool waiting = false;  // the worker waits for `wake`
-  bool pushed = false;   // since the worker last looked
+  std::atomic<bool> changed{false};  // an op was pushed or left by its caller since the worker looked
   bool busy = false;     // the worker runs a body
   std::atomic<int> unfinishedCollectives{0};  // issued to this queue
   std::atomic<int64_t> latelyNs{200'000};     // how long ops in flight took lately
@@ -319,30 +328,24 @@ WorkQueue::~WorkQueue() {
   stop(kStopGrace);
 }
 
-void WorkQueue::push(const c10::intrusive_ptr<WorkAllops>& work) {
+bool WorkQueue::push(const c10::intrusive_ptr<WorkAllops>& work) {
   State& s = *state_;
   std::unique_lock<std::mutex> lock(s.mutex);
   if (s.stopping) {
-    // Started on the caller's thread as the group was destroyed: it fails, and this thread polls it until it gives up.
-    lock.unlock();
-    work->finish(backendError(work->describe() + ": aborted, the process group was destroyed"));
-    Backoff backoff(std::chrono::milliseconds(1));
-    while (!work->tryPoll()) {
-      backoff.pause([](Clock::duration nap) { std::this_thread::sleep_for(nap); });
-    }
-    return;
+    return false;
   }
   if (!s.running) {
     s.running = true;
     s.thread = std::thread([state = state_] { state->loop(); });  // the thread owns the state
   }
   (work->inFlight() ? s.started.push_back(work) : s.queued.push_back(work));
-  s.pushed = true;
+  s.changed.store(true);
   const bool wake = s.waiting;
   lock.unlock();
   if (wake) {
     s.wake.notify_one();
   }
+  return true;
 }
 
 bool WorkQueue::idle() const {
@@ -358,6 +361,7 @@ void WorkQueue::stop(std::chrono::milliseconds grace) {
   {
     std::lock_guard<std::mutex> lock(s.mutex);
     s.stopping = true;
+    s.changed.store(true);
     cancelled.swap(s.queued);
     thread = std::move(s.thread);
   }
@@ -385,15 +389,32 @@ void WorkQueue::stop(std::chrono::milliseconds grace) {
 void WorkQueue::State::loop() {
   std::vector<c10::intrusive_ptr<WorkAllops>> inFlight;  // this thread's alone
   std::optional<Backoff> backoff;  // since the last op started or completed
+  const auto sleep = [this, &inFlight](bool idle, Clock::duration nap) {
+    std::unique_lock<std::mutex> lock(mutex);
+    if (!changed.load() && !stopping) {
+      waiting = true;
+      if (idle && inFlight.empty()) {
+        wake.wait(lock);
+      } else {
+        wake.wait_for(lock, idle ? std::chrono::milliseconds(10) : nap);
+      }
+      waiting = false;
+    }
+    changed.store(true);  // it slept: it looks again
+  };
+  bool idle = false;
   for (;;) {
+    if (idle && !changed.load(std::memory_order_acquire)) {
+      backoff->pause([&](Clock::duration nap) { sleep(true, nap); });
+      continue;
+    }
     c10::intrusive_ptr<WorkAllops> next;
     bool stop = false;
-    bool idle = false;
     {
       std::unique_lock<std::mutex> lock(mutex);
       inFlight.insert(inFlight.end(), started.begin(), started.end());
       started.clear();
-      pushed = false;
+      changed.store(false);
       // A group's collectives run one at a time, in order (a later one may
       // use the tensors of one in flight); sends and receives do not wait.
       const bool blocked = std::any_of(inFlight.begin(), inFlight.end(), [](const auto& work) {
@@ -411,10 +432,14 @@ void WorkQueue::State::loop() {
       stop = stopping;
       // Idle, or every op in flight is polled by its caller (who wakes this
       // thread when it leaves one unfinished).
+      const bool wasIdle = idle;
       idle = !next && (inFlight.empty() ||
                        (!stop && std::all_of(inFlight.begin(), inFlight.end(), [](const auto& work) {
                           return work->awaited();
                         })));
+      if (idle != wasIdle) {
+        backoff.reset();  // polling and idling wait differently
+      }
     }
     if (next) {
       next->run();
@@ -432,20 +457,11 @@ void WorkQueue::State::loop() {
       continue;
     }
     if (!backoff) {
-      backoff.emplace(idle ? std::chrono::microseconds(50) : pollBudget(latelyNs));
+      backoff.emplace(idle ? std::chrono::microseconds(50) : pollBudget(latelyNs), !idle);
     }
-    backoff->pause([&](Clock::duration nap) {
-      std::unique_lock<std::mutex> lock(mutex);
-      if (!pushed && !stopping) {
-        waiting = true;
-        if (idle && inFlight.empty()) {
-          wake.wait(lock);
-        } else {
-          wake.wait_for(lock, idle ? std::chrono::milliseconds(10) : nap);
-        }
-        waiting = false;
-      }
-    });
+    if (!idle) {
+      backoff->pause([&](Clock::duration nap) { sleep(false, nap); });
+    }
   }
 }
 
@@ -471,6 +487,7 @@ WorkAllops::WorkAllops(
     const char* profilingTitle,
     std::chrono::milliseconds timeout,
     c10::IValue outputs,
+    c10::IValue inputs,
     Body body,
     std::shared_ptr<DeviceOp> device)
     : c10d::Work(group->rank, type, profilingTitle),
@@ -482,6 +499,7 @@ WorkAllops::WorkAllops(
       timeout_(timeout),
       deadline_(Clock::now() + timeout),
       outputs_(std::move(outputs)),
+      inputs_(std::move(inputs)),
       device_(std::move(device)),
       body_(std::move(body)) {}
 
@@ -490,9 +508,8 @@ bool WorkAllops::isCollective() const {
 }
 
 std::string WorkAllops::describe() const {
-  std::ostringstream out;
-  out << "Backend " << group_->backend << " (rank " << group_->rank << "): " << op_ << " #" << seq_;
-  return out.str();
+  return "Backend " + group_->backend + " (rank " + std::to_string(group_->rank) + "): " + op_ + " #" +
+      std::to_string(seq_);
 }
 
 Clock::time_point WorkAllops::giveUpAt() const {
@@ -549,8 +566,16 @@ void WorkAllops::run() {
     }
     return;
   }
-  release();
   finish(error);
+  release();
+}
+
+void WorkAllops::abandon() {
+  finish(backendError(describe() + ": aborted, the process group was destroyed"));
+  Backoff backoff(std::chrono::milliseconds(1), true);
+  while (!tryPoll()) {  // an op that started here gives up now (its group is aborted)
+    backoff.pause([](Clock::duration nap) { std::this_thread::sleep_for(nap); });
+  }
 }
 
 bool WorkAllops::tryPoll() {
@@ -573,6 +598,9 @@ bool WorkAllops::tryPoll() {
       completed = true;
     }
   }
+  if (error) {
+    finish(error);  // the group fails before the collectives behind this one may start
+  }
   if (completed || dropped) {
     // A wait for a late peer counts as no longer than its polling budget.
     const auto took = std::min<Clock::duration>(Clock::now() - started_, pollBudget(queue_->latelyNs));
@@ -583,8 +611,8 @@ bool WorkAllops::tryPoll() {
     release();
   }
   polling_.store(false, std::memory_order_release);
-  if (completed) {
-    finish(error);
+  if (completed && !error) {
+    finish(nullptr);
   }
   return !inFlight();
 }
@@ -684,7 +712,7 @@ bool WorkAllops::await(Clock::time_point until) {
   if (kBodiesOnlyStart) {
     waiters_.fetch_add(1);  // the worker leaves the op to this thread
   }
-  Backoff backoff(kBodiesOnlyStart ? pollBudget(queue_->latelyNs) : std::chrono::microseconds(50));
+  Backoff backoff(kBodiesOnlyStart ? pollBudget(queue_->latelyNs) : std::chrono::microseconds(50), kBodiesOnlyStart);
   while (!done() && Clock::now() < until) {
     if (kBodiesOnlyStart && inFlight() && tryPoll()) {
       continue;
@@ -714,6 +742,7 @@ bool WorkAllops::wait(std::chrono::milliseconds timeout) {
               " ms timeout given to wait()");
     }
     expire();  // as the Runtime does at this time: whichever comes first
+    await(Clock::time_point::max());  // its future's callbacks, if any, run first
   }
   if (error_) {
     std::rethrow_exception(error_);
@@ -877,11 +906,13 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::enqueue(
   if (timeout == c10d::kUnsetTimeout) {
     timeout = std::chrono::milliseconds(timeoutMs_.load());
   }
+  timeout = std::min<std::chrono::milliseconds>(timeout, std::chrono::hours(24 * 365));  // no overflow
   WorkQueue& queue = where == Runs::kOnReceives ? receives_ : queue_;  // a send in flight is polled by queue_
   std::shared_ptr<DeviceOp> device = deviceOp(outputs, inputs);
   auto work = c10::make_intrusive<WorkAllops>(
       group_, health_, library_, queue.state(), type, op, profilingTitle(op), timeout, std::move(outputs),
-      std::move(body), std::move(device));
+      inputs, std::move(body), std::move(device));
+  bool handed = true;  // to the queue, or done
   {
     std::lock_guard<std::mutex> lock(issueMutex_);
     // A body that only starts its op runs here if its queue would run it at once (no hand-off);
@@ -894,47 +925,20 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::enqueue(
     }
     watch(work);
     if (here) {
-      work->run();
+      work->run();  // in flight, it reaches the queue before any later op can
+      handed = !work->inFlight() || queue.push(work);
     } else if (where != Runs::kHere) {
-      queue.push(work);
-      return work;
+      handed = queue.push(work);
     }
   }
   if (where == Runs::kHere) {
     work->run();  // a send, on the caller's thread
+    handed = !work->inFlight() || queue.push(work);
   }
-  if (work->inFlight()) {
-    queue.push(work);
+  if (!handed) {
+    work->abandon();  // the group was destroyed meanwhile
   }
   return work;
-}
-
-std::shared_ptr<DeviceOp> BackendAllops::deviceOp(const c10::IValue& outputs, const c10::IValue& inputs) {
-  std::vector<at::Tensor> tensors;
-  collectTensors(outputs, tensors);
-  collectTensors(inputs, tensors);
-  if (tensors.empty() || tensors.front().is_cpu()) {
-    return nullptr;
-  }
-  const c10::Device device = tensors.front().device();
-  const c10::impl::VirtualGuardImpl guard(device.type());
-  c10::Stream stream = [&] {
-    std::lock_guard<std::mutex> lock(streamsMutex_);
-    for (const c10::Stream& s : streams_) {
-      if (s.device() == device) {
-        return s;
-      }
-    }
-    return streams_.emplace_back(guard.getStreamFromGlobalPool(device));
-  }();
-  auto op = std::make_shared<DeviceOp>(stream);
-  op->ready.record(guard.getStream(device));  // the op starts where the caller's stream is now
-  // The caching allocator must not hand these tensors' memory to anyone else
-  // before the backend's stream is done with them.
-  for (const at::Tensor& t : tensors) {
-    guard.recordDataPtrOnStream(t.storage().data_ptr(), stream);
-  }
-  return op;
 }
 
 

@@ -4,6 +4,7 @@
 #include "backend.hpp"
 
 #include <c10/util/Exception.h>
+#include <c10/util/ScopeExit.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <cctype>
@@ -162,7 +163,8 @@ std::shared_ptr<Library> makeLibrary(
       *bootstrap, isWorld};
   std::shared_ptr<Communicator> comm;
   try {
-    if (parent) {
+    if (parent && parent->take()) {  // the parent's communicator stays alive meanwhile
+      const auto held = c10::make_scope_exit([&parent] { parent->release(); });
       comm = ops::split(parent->comm(), info);
     }
     if (!comm) {

@@ -83,7 +83,8 @@ bool supportsReduction(Reduction op, c10::ScalarType dtype);
 //
 // Completing later. A body that returns before its communication is done
 // calls ctx.completeLater(done). `done` is then polled, by the queue's thread
-// or a waiting caller (one thread at a time), until it returns true (done) or
+// or a waiting caller (one thread at a time for one op; the done functions of
+// different ops may run at once on different threads), until it returns true (done) or
 // throws (failed). It must be cheap and must not block; it must own, by value
 // or shared_ptr, everything it uses (the body's locals are gone); and it must
 // give up once ctx.expired(). An op not done a second after its deadline is
@@ -134,8 +135,9 @@ void finalize(Communicator& comm);
 // abort: called at most once, from any thread, when a collective failed or
 // timed out (the ranks no longer agree on what comes next), on
 // ProcessGroup.abort(), or when the group is destroyed while a body still
-// runs. It must make bodies stuck in your library return soon; afterwards
-// only finalize is called.
+// runs; never after finalize. It must make bodies stuck in your library
+// return soon: bodies and done functions already running go on until they
+// see ctx.expired(), and finalize comes after the last of them.
 void abort(Communicator& comm);
 
 // Reduces the tensor of every rank; every rank gets the result.

@@ -172,7 +172,8 @@ class WorkQueue {
 
   // Queues an op behind those queued before it; an op that started elsewhere
   // and is in flight, to be polled.
-  void push(const c10::intrusive_ptr<WorkUcxAll>& work);
+  // False once the queue is stopped: the op was not taken.
+  bool push(const c10::intrusive_ptr<WorkUcxAll>& work);
   // Whether an op issued now would start at once: nothing queued, no body
   // running, no collective unfinished (kBodiesOnlyStart runs it here instead).
   bool idle() const;
@@ -208,6 +209,7 @@ class WorkUcxAll : public c10d::Work {
       const char* profilingTitle,
       std::chrono::milliseconds timeout,
       c10::IValue outputs,
+      c10::IValue inputs,
       Body body,
       std::shared_ptr<DeviceOp> device);
 
@@ -251,6 +253,9 @@ class WorkUcxAll : public c10d::Work {
   // Completes the op with `error` (null for success); the first call counts.
   // The op is done once its future, if it has one, is completed too.
   void finish(std::exception_ptr error);
+  // Fails an op its queue did not take (the group was destroyed) and polls
+  // it on this thread until it gives up.
+  void abandon();
   // Fails the op, past its deadline and grace (the Runtime and wait() do).
   void expire() {
     finish(backendError(
@@ -299,6 +304,7 @@ class WorkUcxAll : public c10d::Work {
   const std::chrono::milliseconds timeout_;
   const Clock::time_point deadline_;
   const c10::IValue outputs_;
+  const c10::IValue inputs_;  // kept alive until the op is done, as outputs_ are
   const std::shared_ptr<DeviceOp> device_;  // null for CPU ops
   Body body_;
   std::function<bool()> later_;  // OpContext::completeLater's; called under polling_
@@ -315,6 +321,9 @@ class WorkUcxAll : public c10d::Work {
   std::exception_ptr error_;  // written before done_ is set
   c10::intrusive_ptr<c10::ivalue::Future> future_;  // made by the first getFuture()
 };
+
+// Every tensor in `value` (a tensor, or lists of them), flattened, into `out`.
+void collectTensors(const c10::IValue& value, std::vector<at::Tensor>& out);
 
 // Fails `work` (Work::expire) once its giveUpAt() passed, unless it is done
 // by then: every op is watched from the moment it is issued.
