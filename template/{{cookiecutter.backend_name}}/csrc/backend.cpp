@@ -26,13 +26,11 @@ constexpr auto kGrace = std::chrono::seconds(1);
 // How long destroying the group waits for a queue's thread to exit.
 constexpr auto kStopGrace = std::chrono::milliseconds(5000);
 
-// How every thread here waits, for an op in flight (a collective moves only
-// while every rank polls it) or for another thread: a few pause instructions,
-// then yields for `yieldFor` (with more ranks than cores, the peer it waits
-// for runs at once), then sleeps through `sleep`, which what it waits for can
-// interrupt, from 50 us doubling to 1 ms. On a core other programs keep busy
-// a yield waits out their time slices: a yield that slow ends the yielding,
-// unless the thread `polls` an op, which moves only while it is polled.
+// How every thread here waits, for an op in flight (it moves only while polled) or for another
+// thread: a few pause instructions, then yields for `yieldFor` (with more ranks than cores, the
+// peer runs at once), then sleeps through `sleep`, which what it waits for can interrupt, from
+// 50 us doubling to 1 ms. A yield slower than 0.5 ms (other programs keep the core busy, and it
+// waits out their time slices) ends the yielding, unless the thread `polls` an op.
 class Backoff {
  public:
   Backoff(Clock::duration yieldFor, bool polls) : yieldUntil_(Clock::now() + yieldFor), polls_(polls) {}
@@ -75,12 +73,11 @@ Clock::duration pollBudget(const std::atomic<int64_t>& latelyNs) {
       std::chrono::seconds(1));
 }
 
-// The threads that complete futures, so run their callbacks, and fail ops
-// past their deadline and grace; shared by every group of the process. A
-// callback may issue ops and wait for them (DDP's comm hooks do), and block
-// while it waits: so no callback runs on a queue's thread, and one of these
-// threads is always idle. The one that takes the last idle thread's place
-// starts another first; spares leave after a minute idle.
+// The threads that complete futures, so run their callbacks, and fail ops past their deadline
+// and grace; shared by every group of the process. A callback may issue ops and wait for them
+// (DDP's comm hooks do): so no callback runs on a queue's thread, and one of these threads is
+// always idle (the one that takes the last idle thread's place starts another first). Spare
+// threads leave after a minute idle.
 class Runtime {
  public:
   static Runtime& get() {
@@ -710,9 +707,7 @@ std::vector<at::Tensor> {{ p.work_class }}::result() {
 }
 
 bool {{ p.work_class }}::await(Clock::time_point until) {
-  if (kBodiesOnlyStart) {
-    waiters_.fetch_add(1);  // the worker leaves the op to this thread
-  }
+  waiters_.fetch_add(kBodiesOnlyStart ? 1 : 0);  // with kBodiesOnlyStart, the worker leaves the op to this thread
   Backoff backoff(kBodiesOnlyStart ? pollBudget(queue_->latelyNs) : std::chrono::microseconds(50), kBodiesOnlyStart);
   while (!done() && Clock::now() < until) {
     if (kBodiesOnlyStart && inFlight() && tryPoll()) {
