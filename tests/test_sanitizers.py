@@ -194,8 +194,13 @@ UCX_SELECTED = ["tests/test_failures.py", "tests/test_ops.py", "-k", "recv or re
 UCX_SELECTED_COUNT = 38
 
 
-def test_ucx_receives_under_asan_and_ubsan(tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> None:
-    if not (shutil.which("pkg-config") and subprocess.run(["pkg-config", "--exists", "ucx"]).returncode == 0):
+def test_ucx_receives_under_asan_and_ubsan(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    if not (
+        shutil.which("pkg-config")
+        and subprocess.run(["pkg-config", "--exists", "ucx"]).returncode == 0
+    ):
         pytest.skip("no UCX (pkg-config ucx): apt-get install libucx-dev")
     out = tmp_path_factory.mktemp("render-san-ucx")
     rendered = generate_project(UCX_NAME, ops="all", impl="ucx", output_dir=out).target
@@ -270,7 +275,9 @@ def compile_tsan_runtime(csrc: Path, out: Path) -> Path:
 
 
 @pytest.mark.parametrize("bodies_only_start", [False, True], ids=["queues", "caller_driven"])
-def test_queue_and_work_under_thread_sanitizer(rendered: Path, tmp_path: Path, bodies_only_start: bool) -> None:
+def test_queue_and_work_under_thread_sanitizer(
+    rendered: Path, tmp_path: Path, bodies_only_start: bool
+) -> None:
     gcc_runtime("libtsan.so")
     csrc = caller_driven(rendered / "csrc", tmp_path) if bodies_only_start else rendered / "csrc"
     binary = compile_tsan_runtime(csrc, tmp_path)

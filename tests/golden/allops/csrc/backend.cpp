@@ -313,6 +313,8 @@ struct WorkQueue::State {
   bool running = false;  // the thread is in loop()
   bool stopping = false;
   bool waiting = false;  // the worker waits for `wake`
+  bool asleep = false;   // ... with nothing to poll, until push() wakes it
+  Clock::time_point startedAt;  // when an op last started on a caller's thread
   std::atomic<bool> changed{false};  // an op was pushed or left by its caller since the worker looked
   bool busy = false;     // the worker runs a body
   std::atomic<int> unfinishedCollectives{0};  // issued to this queue
@@ -337,7 +339,12 @@ bool WorkQueue::push(const c10::intrusive_ptr<WorkAllops>& work) {
   }
   (work->inFlight() ? s.started.push_back(work) : s.queued.push_back(work));
   s.changed.store(true);
-  const bool wake = s.waiting;
+  // With kBodiesOnlyStart, an op started on the caller's thread is polled by its caller
+  // (Work::wait) or soon by the worker, dozing while such ops come (loop()): it wakes only a
+  // worker asleep for good.
+  const bool startedHere = kBodiesOnlyStart && work->inFlight();
+  s.startedAt = startedHere ? Clock::now() : s.startedAt;
+  const bool wake = startedHere ? s.asleep : s.waiting;
   lock.unlock();
   if (wake) {
     s.wake.notify_one();
@@ -390,12 +397,13 @@ void WorkQueue::State::loop() {
     std::unique_lock<std::mutex> lock(mutex);
     if (!changed.load() && !stopping) {
       waiting = true;
-      if (idle && inFlight.empty()) {
+      asleep = idle && inFlight.empty() && Clock::now() - startedAt > std::chrono::milliseconds(100);
+      if (asleep) {
         wake.wait(lock);
       } else {
-        wake.wait_for(lock, idle ? std::chrono::milliseconds(10) : nap);
+        wake.wait_for(lock, idle ? std::chrono::milliseconds(inFlight.empty() ? 1 : 10) : nap);
       }
-      waiting = false;
+      waiting = asleep = false;
     }
     changed.store(true);  // it slept: it looks again
   };
@@ -693,18 +701,6 @@ void WorkAllops::settle(const c10::intrusive_ptr<c10::ivalue::Future>& future) c
   }
 }
 
-int WorkAllops::sourceRank() const {
-  TORCH_CHECK(
-      sourceRank_ >= 0, describe(), ": sourceRank() is only known for a completed recv from any source");
-  return sourceRank_;
-}
-
-std::vector<at::Tensor> WorkAllops::result() {
-  std::vector<at::Tensor> tensors;
-  collectTensors(outputs_, tensors);
-  return tensors;
-}
-
 bool WorkAllops::await(Clock::time_point until) {
   waiters_.fetch_add(kBodiesOnlyStart ? 1 : 0);  // with kBodiesOnlyStart, the worker leaves the op to this thread
   Backoff backoff(kBodiesOnlyStart ? pollBudget(queue_->latelyNs) : std::chrono::microseconds(50), kBodiesOnlyStart);
@@ -768,6 +764,8 @@ c10::intrusive_ptr<c10::ivalue::Future> WorkAllops::getFuture() {
   }
   if (settleNow) {
     settle(future);  // no callback was added yet
+  } else if (kBodiesOnlyStart) {
+    queue_->callerLeft(inFlight());  // waited for through its future: the worker polls it now
   }
   return future;
 }
@@ -861,10 +859,6 @@ c10::intrusive_ptr<c10d::Backend::Options> BackendAllops::getBackendOptions() {
   return opts;
 }
 
-const std::string BackendAllops::getBackendName() const {
-  return "allops";
-}
-
 void BackendAllops::shutdown() {
   group_->aborted.store(true);  // bodies and done functions see it in OpContext::expired()
   if (library_->busy()) {
@@ -879,10 +873,6 @@ void BackendAllops::abort() {
   group_->aborted.store(true);
   library_->abort();
   shutdown();
-}
-
-void BackendAllops::setTimeout(std::chrono::milliseconds timeout) {
-  timeoutMs_.store(timeout.count());
 }
 
 uint64_t BackendAllops::getSequenceNumberForGroup() {

@@ -53,6 +53,9 @@ using Clock = std::chrono::steady_clock;
 
 class WorkSingle;
 
+// Every tensor in `value` (a tensor, or lists of them), flattened, into `out`.
+void collectTensors(const c10::IValue& value, std::vector<at::Tensor>& out);
+
 // A c10d error (a RuntimeError in Python) carrying `message`.
 std::exception_ptr backendError(const std::string& message);
 
@@ -222,8 +225,15 @@ class WorkSingle : public c10d::Work {
   std::exception_ptr exception() const override {
     return done() ? error_ : nullptr;
   }
-  int sourceRank() const override;
-  std::vector<at::Tensor> result() override;
+  int sourceRank() const override {
+    TORCH_CHECK(sourceRank_ >= 0, describe(), ": sourceRank() is only known for a completed recv from any source");
+    return sourceRank_;
+  }
+  std::vector<at::Tensor> result() override {
+    std::vector<at::Tensor> tensors;
+    collectTensors(outputs_, tensors);
+    return tensors;
+  }
   // Blocks until the op is done; with kBodiesOnlyStart, polls it meanwhile.
   // Every op is done by its deadline plus a grace (the Runtime fails it), so
   // this never blocks longer. A timeout given here only raises when it passes.
@@ -322,9 +332,6 @@ class WorkSingle : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;  // made by the first getFuture()
 };
 
-// Every tensor in `value` (a tensor, or lists of them), flattened, into `out`.
-void collectTensors(const c10::IValue& value, std::vector<at::Tensor>& out);
-
 // Fails `work` (Work::expire) once its giveUpAt() passed, unless it is done
 // by then: every op is watched from the moment it is issued.
 void watch(const c10::intrusive_ptr<WorkSingle>& work);
@@ -351,14 +358,18 @@ class BackendSingle : public c10d::Backend {
     return options_;
   }
 
-  const std::string getBackendName() const override;
+  const std::string getBackendName() const override {
+    return "single";
+  }
   // Fails the queued ops and stops the queues; ops in flight give up. The
   // communicator is finalized once the last op lets go of it. Bounded in
   // time, from any thread, an op's callback included.
   void shutdown() override;
   void abort() override;
   // The default timeout of the ops issued from now on.
-  void setTimeout(std::chrono::milliseconds timeout) override;
+  void setTimeout(std::chrono::milliseconds timeout) override {
+    timeoutMs_.store(timeout.count());
+  }
 
   // split_group: the child's communicator comes from ops::split, else
   // ops::init. c10d asks once per device type this backend serves, with the
