@@ -73,24 +73,6 @@ def test_future_callbacks_that_issue_and_wait_for_ops():
         cluster.close()
 
 
-def test_destroy_from_a_receive_callback_while_another_receive_is_in_flight(monkeypatch):
-    monkeypatch.setenv("MALLOC_PERTURB_", "165")
-    cluster = Cluster(3)
-    try:
-        cluster.run("destroy_from_a_receive_callback")
-    finally:
-        cluster.close()
-
-
-def test_sends_from_threads_while_the_group_is_destroyed(monkeypatch):
-    monkeypatch.setenv("MALLOC_PERTURB_", "165")
-    cluster = Cluster(2)
-    try:
-        cluster.run("sends_while_the_group_is_destroyed")
-    finally:
-        cluster.kill()  # the last sends went to a destroyed group
-
-
 def test_abort_and_shutdown_at_once_return_promptly():
     cluster = Cluster(2)
     try:

@@ -55,33 +55,6 @@ def test_options_reach_the_group_from_pg_options_and_the_environment():
         cluster.kill()  # the group whose creation failed is half made
 
 
-def test_future_callbacks_that_issue_and_wait_for_ops():
-    """DDP's comm hooks: a callback waits for an op it issued, three deep; gloo does this at once."""
-    cluster = Cluster(3, group_timeout=20)
-    try:
-        cluster.run("callbacks_that_wait_for_ops")
-    finally:
-        cluster.close()
-
-
-def test_destroy_from_a_receive_callback_while_another_receive_is_in_flight(monkeypatch):
-    monkeypatch.setenv("MALLOC_PERTURB_", "165")
-    cluster = Cluster(3)
-    try:
-        cluster.run("destroy_from_a_receive_callback")
-    finally:
-        cluster.close()
-
-
-def test_sends_from_threads_while_the_group_is_destroyed(monkeypatch):
-    monkeypatch.setenv("MALLOC_PERTURB_", "165")
-    cluster = Cluster(2)
-    try:
-        cluster.run("sends_while_the_group_is_destroyed")
-    finally:
-        cluster.kill()  # the last sends went to a destroyed group
-
-
 def test_abort_and_shutdown_at_once_return_promptly():
     cluster = Cluster(2)
     try:
