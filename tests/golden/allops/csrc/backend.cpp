@@ -148,8 +148,9 @@ class Runtime {
         --idle_;
         return;
       } else {
-        const auto look = now + kLookEvery;
-        wake_.wait_until(lock, deadlines_.empty() ? look : std::min(deadlines_.begin()->first, look));
+        // A copy, not a reference into deadlines_: the first one may go while this thread waits.
+        const Clock::time_point first = deadlines_.empty() ? now + kLookEvery : deadlines_.begin()->first;
+        wake_.wait_until(lock, std::min(first, now + kLookEvery));
         continue;
       }
       if (--idle_ == 0) {
