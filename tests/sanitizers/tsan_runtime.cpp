@@ -212,7 +212,7 @@ struct Lone {
   c10::intrusive_ptr<Work> make(c10d::OpType type, Ms timeout, Work::Body body) {
     auto work = c10::make_intrusive<Work>(
         group, std::make_shared<san_store_collectives::Health>(), library, queue.state(), type, "lone",
-        "san_store:lone", timeout, c10::IValue(), std::move(body), nullptr);
+        "san_store:lone", timeout, c10::IValue(), c10::IValue(), std::move(body), nullptr);
     san_store_collectives::watch(work);
     return work;
   }
