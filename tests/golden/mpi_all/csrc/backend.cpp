@@ -344,7 +344,9 @@ bool WorkQueue::push(const c10::intrusive_ptr<WorkMpiAll>& work) {
   // (Work::wait) or soon by the worker, dozing while such ops come (loop()): it wakes only a
   // worker asleep for good.
   const bool startedHere = kBodiesOnlyStart && work->inFlight();
-  s.startedAt = startedHere ? Clock::now() : s.startedAt;
+  if (startedHere) {
+    s.startedAt = Clock::now();
+  }
   const bool wake = startedHere ? s.asleep : s.waiting;
   lock.unlock();
   if (wake) {
@@ -703,7 +705,9 @@ void WorkMpiAll::settle(const c10::intrusive_ptr<c10::ivalue::Future>& future) c
 }
 
 bool WorkMpiAll::await(Clock::time_point until) {
-  waiters_.fetch_add(kBodiesOnlyStart ? 1 : 0);  // with kBodiesOnlyStart, the worker leaves the op to this thread
+  if (kBodiesOnlyStart) {
+    waiters_.fetch_add(1);  // the worker leaves the op to this thread
+  }
   Backoff backoff(kBodiesOnlyStart ? pollBudget(queue_->latelyNs) : std::chrono::microseconds(50), kBodiesOnlyStart);
   while (!done() && Clock::now() < until) {
     if (kBodiesOnlyStart && inFlight() && tryPoll()) {
