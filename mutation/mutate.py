@@ -9,7 +9,7 @@ of the affected op (or the benchmark module's correctness check) and requires
 them to fail. A mutant whose tests pass *survived*: the generated suite misses
 that bug, and the fix is a new test in the template, not an exception here.
 
-    python mutation/mutate.py                      # every mutant, store and mpi
+    python mutation/mutate.py                      # every mutant: store, mpi and ucx
     python mutation/mutate.py --impl store         # one implementation
     python mutation/mutate.py --only broadcast-root-ignored --one-by-one
     python mutation/mutate.py --baseline           # first: the tests pass unmutated
@@ -45,13 +45,14 @@ HERE = Path(__file__).resolve().parent
 #: The catalogue of mutants.
 MUTANTS = HERE / "mutants.toml"
 #: The implementations the catalogue covers.
-IMPLS = ("store", "mpi")
+IMPLS = ("store", "mpi", "ucx")
 #: The per-op tests of a generated suite (file::function); ids end in ``-OP]``.
 OP_TESTS = (
     "test_ops.py::test_op",
     "test_ops.py::test_op_with_last_rank_as_root",
     "test_ops.py::test_op_async",
     "test_ops.py::test_op_on_noncontiguous_tensors",
+    "test_ops.py::test_op_in_the_shapes_real_clients_use",
     "test_ops.py::test_op_in_subgroups",
     "test_matrix.py::test_dtypes_and_reduce_ops_like_gloo",
 )
@@ -484,11 +485,16 @@ def check_baseline(
         raise MutationError(f"without a mutant, {failed or problem}")
 
 
-def prepare(impl: str, workdir: Path) -> tuple[Path, float]:
-    """Renders and builds the all-ops ``impl`` project under ``workdir`` (reused when there)."""
-    project = workdir / project_name(impl)
-    if not project.exists():
-        render(impl, workdir)
+def prepare(impl: str, workdir: Path, project: Path | None = None) -> tuple[Path, float]:
+    """Renders and builds the all-ops ``impl`` project under ``workdir`` (reused when there).
+
+    ``project``: an all-ops ``impl`` project built already (by pip, in its own
+    folder): only what is out of date is rebuilt.
+    """
+    if project is None:
+        project = workdir / project_name(impl)
+        if not project.exists():
+            render(impl, workdir)
     return project, build(project)
 
 
@@ -499,12 +505,15 @@ def run(
     log=print,
     batch: bool = True,
     baseline: bool = False,
+    projects: dict[str, Path] | None = None,
 ) -> Report:
     """Runs every mutant (by implementation, in batches unless ``batch`` is false); the report.
 
     With ``baseline``, first runs every selected test on the project as
     generated: they must all pass, or a "killed" would prove nothing. (The
     generator's CI runs these suites in full in tests/test_build.py.)
+    ``projects``: built all-ops projects to mutate, by implementation (see
+    ``prepare``); the others are rendered and built in ``workdir``.
     """
     from new_backend.catalogue import load_catalogue
 
@@ -515,7 +524,7 @@ def run(
         chosen = [m for m in mutants if m.impl == impl]
         if not chosen:
             continue
-        project, seconds = prepare(impl, workdir)
+        project, seconds = prepare(impl, workdir, (projects or {}).get(impl))
         report.build_seconds[impl] = seconds
         ids = collect(project)
         text = (project / "csrc" / "ops.cpp").read_text()
@@ -538,7 +547,7 @@ def run(
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line: runs the catalogue, prints the report; 0 if every mutant was killed."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--impl", default=",".join(IMPLS), help="comma-separated: store, mpi")
+    parser.add_argument("--impl", default=",".join(IMPLS), help="comma-separated: store, mpi, ucx")
     parser.add_argument("--only", action="append", default=[], help="a mutant's name (repeatable)")
     parser.add_argument("--world-sizes", default=",".join(map(str, WORLD_SIZES)))
     parser.add_argument("--workdir", type=Path, help="where to render and build (kept; reused)")

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import Result
-from helpers import listing, run_cli
+from helpers import EXAMPLE_DUMMY, Built, build, listing, run_cli
 from new_backend import GenerationResult, generate_project
 from new_backend.catalogue import Catalogue, load_catalogue
 
@@ -71,3 +74,53 @@ def run(out: Path, isolated: dict[str, Path]) -> Iterator[Cli]:
     assert listing(isolated["home"]) == {}, (
         f"new-backend wrote to HOME: {listing(isolated['home'])}"
     )
+
+
+# -- generated projects, each built once per session (test_build runs their suites,
+# -- test_mutation mutates the same builds) ---------------------------------------
+
+
+@pytest.fixture(scope="session")
+def built_dummy(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    """examples/dummy, built."""
+    return build(EXAMPLE_DUMMY, tmp_path_factory.mktemp("build-dummy"))
+
+
+@pytest.fixture(scope="session")
+def built_all_ops(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    """A fresh project with every op (a name with an underscore and a digit), built."""
+    rendered = generate_project("all_ops2", ops="all", output_dir=tmp_path_factory.mktemp("render"))
+    return build(rendered.target, tmp_path_factory.mktemp("build-all-ops"))
+
+
+@pytest.fixture(scope="session")
+def built_store(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    """The reference implementation over the c10d Store, every op, built."""
+    rendered = generate_project(
+        "store_all", ops="all", impl="store", output_dir=tmp_path_factory.mktemp("render")
+    )
+    return build(rendered.target, tmp_path_factory.mktemp("build-store"))
+
+
+@pytest.fixture(scope="session")
+def built_mpi(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    """Every op over MPI (MPICH from the package index, the `test` extra), built."""
+    rendered = generate_project(
+        "mpi_all", ops="all", impl="mpi", output_dir=tmp_path_factory.mktemp("render")
+    )
+    return build(rendered.target, tmp_path_factory.mktemp("build-mpi"))
+
+
+@pytest.fixture(scope="session")
+def built_ucx(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    """Every op over UCX (Debian's libucx-dev, which .ci/run installs), built."""
+    have_ucx = os.environ.get("UCX_HOME") or (
+        shutil.which("pkg-config")
+        and subprocess.run(["pkg-config", "--exists", "ucx"], check=False).returncode == 0
+    )
+    if not have_ucx:
+        pytest.skip("no UCX: apt-get install libucx-dev (or set UCX_HOME) to build the ucx project")
+    rendered = generate_project(
+        "ucx_all", ops="all", impl="ucx", output_dir=tmp_path_factory.mktemp("render")
+    )
+    return build(rendered.target, tmp_path_factory.mktemp("build-ucx"))

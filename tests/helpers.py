@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import json
 import os
+import shutil
+import subprocess
+import sys
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from click.testing import CliRunner, Result
@@ -123,3 +128,29 @@ def assert_one_line_error(result: Result, exit_code: int) -> str:
     assert result.stdout == "", f"expected nothing on stdout, got {result.stdout!r}"
     assert result.exit_code == exit_code, f"exit {result.exit_code}, not {exit_code}: {lines[0]}"
     return lines[0]
+
+
+@dataclass(frozen=True)
+class Built:
+    project: Path  # a copy of the project, where it was built
+    site: Path  # where pip installed it
+
+    @property
+    def answers(self) -> dict:
+        return json.loads((self.project / ".new-backend.json").read_text())
+
+
+def build(source: Path, work: Path) -> Built:
+    """Copy ``source`` to ``work`` (so no build/ lands in the repo) and pip-install it there."""
+    project, site = work / source.name, work / "site"
+    shutil.copytree(source, project)
+    pip = [sys.executable, "-m", "pip", "install", "-v", "--no-build-isolation", "--no-deps"]
+    done = subprocess.run(
+        [*pip, "--target", str(site), str(project)], capture_output=True, text=True, timeout=1500
+    )
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, f"building {source.name} failed:\n{log}"
+    # The project's own sources compile without a single warning.
+    warnings = [line for line in log.splitlines() if "warning" in line and "/csrc/" in line]
+    assert not warnings, "\n".join(warnings)
+    return Built(project, site)

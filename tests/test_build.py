@@ -6,7 +6,6 @@ its generated tests run in real processes. Skip these with ``-m "not build"``.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -14,90 +13,16 @@ import subprocess
 import sys
 import sysconfig
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import EXAMPLE_DUMMY
-from new_backend import generate_project
+from helpers import Built
 from new_backend.catalogue import load_catalogue, release
 
 pytestmark = [pytest.mark.build, pytest.mark.timeout(1800)]
 
 TORCH = release(torch.__version__)
-
-
-@dataclass(frozen=True)
-class Built:
-    project: Path  # a copy of the project, where it was built
-    site: Path  # where pip installed it
-
-    @property
-    def answers(self) -> dict:
-        return json.loads((self.project / ".new-backend.json").read_text())
-
-
-def build(source: Path, work: Path) -> Built:
-    """Copy ``source`` to ``work`` (so no build/ lands in the repo) and pip-install it there."""
-    project, site = work / source.name, work / "site"
-    shutil.copytree(source, project)
-    pip = [sys.executable, "-m", "pip", "install", "-v", "--no-build-isolation", "--no-deps"]
-    done = subprocess.run(
-        [*pip, "--target", str(site), str(project)], capture_output=True, text=True, timeout=1500
-    )
-    log = done.stdout + done.stderr
-    assert done.returncode == 0, f"building {source.name} failed:\n{log}"
-    # The project's own sources compile without a single warning.
-    warnings = [line for line in log.splitlines() if "warning" in line and "/csrc/" in line]
-    assert not warnings, "\n".join(warnings)
-    return Built(project, site)
-
-
-@pytest.fixture(scope="session")
-def built_dummy(tmp_path_factory: pytest.TempPathFactory) -> Built:
-    """examples/dummy, built."""
-    return build(EXAMPLE_DUMMY, tmp_path_factory.mktemp("build-dummy"))
-
-
-@pytest.fixture(scope="session")
-def built_all_ops(tmp_path_factory: pytest.TempPathFactory) -> Built:
-    """A fresh project with every op (a name with an underscore and a digit), built."""
-    rendered = generate_project("all_ops2", ops="all", output_dir=tmp_path_factory.mktemp("render"))
-    return build(rendered.target, tmp_path_factory.mktemp("build-all-ops"))
-
-
-@pytest.fixture(scope="session")
-def built_store(tmp_path_factory: pytest.TempPathFactory) -> Built:
-    """The reference implementation over the c10d Store, every op, built."""
-    rendered = generate_project(
-        "store_all", ops="all", impl="store", output_dir=tmp_path_factory.mktemp("render")
-    )
-    return build(rendered.target, tmp_path_factory.mktemp("build-store"))
-
-
-@pytest.fixture(scope="session")
-def built_mpi(tmp_path_factory: pytest.TempPathFactory) -> Built:
-    """Every op over MPI (MPICH from the package index, the `test` extra), built."""
-    rendered = generate_project(
-        "mpi_all", ops="all", impl="mpi", output_dir=tmp_path_factory.mktemp("render")
-    )
-    return build(rendered.target, tmp_path_factory.mktemp("build-mpi"))
-
-
-@pytest.fixture(scope="session")
-def built_ucx(tmp_path_factory: pytest.TempPathFactory) -> Built:
-    """Every op over UCX (Debian's libucx-dev, which .ci/run installs), built."""
-    have_ucx = os.environ.get("UCX_HOME") or (
-        shutil.which("pkg-config")
-        and subprocess.run(["pkg-config", "--exists", "ucx"], check=False).returncode == 0
-    )
-    if not have_ucx:
-        pytest.skip("no UCX: apt-get install libucx-dev (or set UCX_HOME) to build the ucx project")
-    rendered = generate_project(
-        "ucx_all", ops="all", impl="ucx", output_dir=tmp_path_factory.mktemp("render")
-    )
-    return build(rendered.target, tmp_path_factory.mktemp("build-ucx"))
 
 
 def summary_counts(output: str) -> dict[str, int]:

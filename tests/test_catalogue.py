@@ -34,8 +34,9 @@ def test_every_op_table_spells_out_every_field() -> None:
         assert required <= table.keys(), f"{table.get('name')} lacks {required - table.keys()}"
 
 
-#: Text fields an op may leave empty: `inputs` for ops that work in place.
-OPTIONAL_TEXT = {"inputs"}
+#: Text fields an op may leave empty: `inputs` for ops that work in place,
+#: `test_in_place` for ops with no aliased form.
+OPTIONAL_TEXT = {"inputs", "test_in_place"}
 
 
 @pytest.mark.parametrize(
@@ -52,6 +53,18 @@ def test_every_op_fills_every_text_field(catalogue: Catalogue, field: str) -> No
 def test_every_test_case_is_python(catalogue: Catalogue) -> None:
     for op in catalogue.ops:
         ast.parse(op.test, filename=f"catalogue.toml [{op.name}].test")
+        ast.parse(op.test_in_place, filename=f"catalogue.toml [{op.name}].test_in_place")
+
+
+def test_the_ops_fsdp2_calls_in_place_have_an_in_place_case(catalogue: Catalogue) -> None:
+    """all_gather_into_tensor and reduce_scatter_tensor (and their coalesced forms)."""
+    in_place = {op.name for op in catalogue.ops if op.test_in_place}
+    assert in_place == {
+        "_allgather_base",
+        "allgather_into_tensor_coalesced",
+        "_reduce_scatter_base",
+        "reduce_scatter_tensor_coalesced",
+    }
 
 
 def test_every_op_is_overridden_in_the_all_ops_project(

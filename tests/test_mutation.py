@@ -2,7 +2,7 @@
 
 The cheap checks (every patch still applies to a fresh render, the harness
 selects and reverts correctly) run everywhere. ``test_every_mutant_is_killed``
-(markers ``build`` and ``mutation``) builds a store and an mpi project and runs
+(markers ``build`` and ``mutation``) builds a store, an mpi and a ucx project and runs
 the whole catalogue through mutation/mutate.py: a mutant that survives is a
 test missing from the template.
 """
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import REPO
+from helpers import REPO, Built
 from new_backend.catalogue import load_catalogue
 
 sys.path.insert(0, str(REPO / "mutation"))
@@ -87,9 +87,12 @@ def test_select_takes_the_op_and_world_sizes_asked_for() -> None:
 @pytest.mark.mutation
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("impl", mutate.IMPLS)
-def test_every_mutant_is_killed(impl: str, tmp_path: Path) -> None:
-    """Builds an all-ops ``impl`` project once; each mutant must make its op's tests fail."""
-    report = mutate.run([m for m in MUTANTS if m.impl == impl], tmp_path)
+def test_every_mutant_is_killed(impl: str, request: pytest.FixtureRequest) -> None:
+    """Each mutant must make its op's tests fail, on the all-ops ``impl`` project test_build
+    built (only the patched file recompiles)."""
+    built: Built = request.getfixturevalue(f"built_{impl}")
+    mutants = [m for m in MUTANTS if m.impl == impl]
+    report = mutate.run(mutants, built.project.parent, projects={impl: built.project})
     print(report.summary())
     assert report.killed == len(report.outcomes), report.summary()
 

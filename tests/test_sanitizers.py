@@ -38,8 +38,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import Built, build
 from new_backend import generate_project
-from test_build import Built, build
 from torch.utils import cpp_extension
 
 pytestmark = [pytest.mark.build, pytest.mark.timeout(1800)]

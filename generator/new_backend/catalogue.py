@@ -46,6 +46,7 @@ class Op:
     returns: str
     dummy: str
     test: str
+    test_in_place: str = ""
     store: str = ""
     mpi: str = ""
     ucx: str = ""

@@ -1,4 +1,4 @@
-"""Shared fixtures: one cluster of real processes per world size, per test module."""
+"""Shared fixtures: one cluster of real processes per world size, for the whole session."""
 
 import pytest
 import torch
@@ -20,9 +20,25 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-@pytest.fixture(scope="module", params=WORLD_SIZES, ids=lambda n: f"world{n}")
-def cluster(request):
-    """A process group of ``request.param`` ranks running this backend."""
-    cluster = Cluster(request.param)
-    yield cluster
-    cluster.close()
+@pytest.fixture(scope="session")
+def clusters():
+    """The clusters of the session, by world size: started once, shared by every module."""
+    started: dict[int, Cluster] = {}
+    yield started
+    for cluster in started.values():
+        cluster.close()
+
+
+@pytest.fixture(params=WORLD_SIZES, ids=lambda n: f"world{n}")
+def cluster(request, clusters):
+    """A process group of ``request.param`` ranks running this backend.
+
+    Started by the first test that needs it and kept for the next ones; a test
+    that broke it (a case failed or hung) gets the next test a new one.
+    """
+    cluster = clusters.get(request.param)
+    if cluster is None or cluster.broken:
+        if cluster is not None:
+            cluster.close()
+        cluster = clusters[request.param] = Cluster(request.param)
+    return cluster

@@ -8,8 +8,10 @@ cases come from new-backend's catalogue of collectives.
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib
 import inspect
+import math
 import os
 import threading
 import time
@@ -49,6 +51,13 @@ OPS = {
 DEVICE = "cpu" if "cpu" in store_all_collectives.DEVICES else "cuda"
 #: Whether the backend really communicates (False: the tutorial's dummy semantics).
 REAL = True
+#: The seed of the random data of ``Ctx(values="real")``; every failure names it.
+SEED = int(os.environ.get("STORE_ALL_TEST_SEED", "2026"))
+#: The dtypes random data is made for: over each one's whole range, with its extremes.
+REAL_DTYPES = {
+    "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
+    "int8", "uint8", "int16", "int32", "int64", "bool",
+}  # fmt: skip
 
 _GROUPS: dict[tuple, object] = {}
 
@@ -79,6 +88,9 @@ class Ctx:
         noncontiguous: bool = False,
         gloo: bool = False,
         device: str = DEVICE,
+        values: str = "small",
+        layout: str = "contiguous",
+        seed: int = SEED,
     ):
         self.rank = dist.get_rank()
         self.group = gloo_group() if gloo else None
@@ -97,12 +109,21 @@ class Ctx:
         self.async_op = async_op
         self.handles: list | None = None  # when a list, finish() keeps handles instead
         self.n = n
-        self.noncontiguous = noncontiguous
+        self.layout = "strided" if noncontiguous else layout
+        self.seed = seed
+        self.values = values if dtype in REAL_DTYPES else "small"
         self.device = torch.device(device)
         if self.device.type == "cuda":
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.real = REAL
         self.ops = OPS
+
+    def split(self, sender: int, receiver: int) -> int:
+        """What the sender sends the receiver (indices in the group) in an uneven all-to-all.
+
+        Asymmetric (a rank sends other sizes than it receives) and sometimes zero.
+        """
+        return 3 * ((2 * sender + receiver + 1) % (self.world + 1))
 
     @property
     def next_rank(self) -> int:
@@ -115,16 +136,30 @@ class Ctx:
     # -- data ---------------------------------------------------------------
 
     def _layout(self, t: torch.Tensor) -> torch.Tensor:
+        """``t`` (flat) laid out as ``self.layout`` says, on the case's device.
+
+        "strided": every other element; "offset": a view that starts one
+        element into its storage; "column": a column of a 3-column matrix, so
+        2-D, strided and offset at once.
+        """
         t = t.to(self.device)
-        if not self.noncontiguous:
+        if self.layout == "contiguous":
             return t
-        strided = torch.zeros(t.numel(), 2, dtype=t.dtype, device=self.device)[:, 0]
-        strided.copy_(t)  # every other element
-        return strided
+        if self.layout == "strided":
+            view = torch.zeros(t.numel(), 2, dtype=t.dtype, device=self.device)[:, 0]
+        elif self.layout == "offset":
+            view = torch.zeros(t.numel() + 1, dtype=t.dtype, device=self.device)[1:]
+        elif self.layout == "column":
+            view = torch.zeros(t.numel(), 3, dtype=t.dtype, device=self.device)[:, 1:2]
+        else:
+            raise ValueError(f"no layout {self.layout!r}")
+        view.copy_(t.view(view.shape))
+        return view
 
     def data(self, rank: int, shift: int = 0, n: int | None = None) -> torch.Tensor:
-        """What ``rank`` sends as its ``shift``-th tensor: integers 1 to 8 that tell ranks apart.
+        """What ``rank`` sends as its ``shift``-th tensor of ``n`` elements.
 
+        With ``values="small"``: integers 1 to 8 that tell ranks apart.
         Element 0 is ``1 + rank``, element 1 is ``1 + (rank + shift) % 8``: up to
         8 ranks and 8 shifts, every (rank, shift) sends a different tensor, so a
         result holding another rank's or chunk's data, or ranks in another order,
@@ -134,13 +169,66 @@ class Ctx:
         every value is a float8 number, and every two reduce ops give different
         results (their bit patterns differ too: 1, 2, 3, 4...). bool keeps the
         low bit.
+
+        With ``values="real"``: what real tensors hold (see ``_real``).
         """
         n = self.n if n is None else n
+        if self.values == "real":
+            return self._layout(self._real(rank, shift, n))
         values = 1 + (torch.arange(n) + 2 * rank + shift) % 4
         values[:2] = torch.tensor([1 + rank % 8, 1 + (rank + shift) % 8])[:n]
         if self.dtype == torch.bool:
             values = values % 2
         return self._layout(values.to(self.dtype))
+
+    def _real(self, rank: int, shift: int, n: int) -> torch.Tensor:
+        """Random values, seeded by (seed, rank, shift, n, dtype), the dtype's extremes first.
+
+        Integers: uniform over the dtype's whole range (int64 beyond 2^53), led
+        by its maximum and minimum on every rank (so sums and products wrap), -1
+        and 2^53 + 1 + rank. Floats: both signs, magnitudes over up to 16
+        decades (sums are rounded differently in every order), led by -0.0,
+        +inf, +inf on the first rank against -inf on the others, a subnormal,
+        an eighth of the largest value and, except for MIN and MAX (where gloo
+        and torch define NaN differently), a NaN on the first rank.
+        """
+        key = repr((self.seed, rank, shift, n, str(self.dtype), str(self.op)))
+        seed = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=7).digest(), "little")
+        g = torch.Generator().manual_seed(seed)
+        first = rank == self.ranks[0]
+        if self.dtype == torch.bool:
+            return torch.randint(0, 2, (n,), generator=g).bool()
+        if self.dtype.is_complex:
+            part = torch.float32 if self.dtype == torch.complex64 else torch.float64
+            re, im = self._floats(g, n, part, first, extremes=False), self._floats(g, n, part, first, extremes=False)
+            return torch.complex(re, im)
+        if self.dtype.is_floating_point:
+            return self._floats(g, n, self.dtype, first, extremes=True)
+        info = torch.iinfo(self.dtype)
+        values = torch.randint(info.min, info.max, (n,), generator=g, dtype=torch.int64)
+        extremes = [info.max, info.min, -1 if info.min < 0 else 1]
+        if self.dtype == torch.int64:
+            extremes.append(2**53 + 1 + rank)
+        extremes = extremes[:n]
+        values[: len(extremes)] = torch.tensor(extremes, dtype=torch.int64)
+        return values.to(self.dtype)
+
+    def _floats(self, g: torch.Generator, n: int, dtype: torch.dtype, first: bool, extremes: bool) -> torch.Tensor:
+        info = torch.finfo(dtype)
+        signs = torch.randint(0, 2, (n,), generator=g).double() * 2 - 1
+        if self.op == dist.ReduceOp.PRODUCT:  # products of any number of ranks stay in range
+            values = signs * (0.5 + 1.5 * torch.rand(n, generator=g, dtype=torch.float64))
+        else:
+            decades = min(8, int(math.log10(info.max)) - 2)
+            exponents = torch.randint(-decades, decades + 1, (n,), generator=g).double()
+            values = signs * (1 + 9 * torch.rand(n, generator=g, dtype=torch.float64)) * 10**exponents
+        if extremes:
+            special = [-0.0, math.inf, math.inf if first else -math.inf, info.smallest_normal / 4, info.max / 8]
+            if self.op not in (dist.ReduceOp.MIN, dist.ReduceOp.MAX):
+                special.append(math.nan if first else 1.0)
+            special = special[:n]
+            values[: len(special)] = torch.tensor(special, dtype=torch.float64)
+        return values.to(dtype)
 
     def empty(self, n: int | None = None) -> torch.Tensor:
         """An output tensor, filled with a value no rank sends (12: exact in every dtype)."""
@@ -176,14 +264,40 @@ class Ctx:
             result = functools.reduce(torch.bitwise_xor, xs)
         else:
             raise ValueError(f"no expectation for {op}")
-        return result.to(self.dtype)
+        expected = result.to(self.dtype)
+        if self.values == "real" and wide != torch.int64 and op not in (dist.ReduceOp.MIN, dist.ReduceOp.MAX):
+            # Rounded in any order, n values are off the exact result by at most
+            # about n units in the last place of the sum of their magnitudes (of
+            # the product, for PRODUCT), plus what underflow loses.
+            info = torch.finfo(torch.float32 if self.dtype == torch.complex64 else self.dtype)
+            if op == dist.ReduceOp.PRODUCT:
+                scale = functools.reduce(torch.mul, [x.abs() for x in xs])
+            else:
+                scale = functools.reduce(torch.add, [x.abs() for x in xs])
+            smallest = info.smallest_normal * info.eps
+            expected.exact = result
+            expected.bound = (len(xs) + 1) * info.eps * scale + 2 ** len(xs) * len(xs) * smallest
+        return expected
 
     def check(self, actual: torch.Tensor, expected: torch.Tensor) -> None:
-        """``actual`` is ``expected`` (for the dummy: zeros shaped like ``expected``)."""
+        """``actual`` is ``expected`` (for the dummy: zeros shaped like ``expected``).
+
+        With real values: bit for bit, or, for a float reduction (made by
+        ``reduce``), within the rounding error any order of reduction allows,
+        with NaN, infinities and the sign of zero exactly where they belong.
+        """
         assert actual.shape == expected.shape, f"shape {tuple(actual.shape)} != {tuple(expected.shape)}"
         assert actual.dtype == expected.dtype, f"dtype {actual.dtype} != {expected.dtype}"
         if not self.real:
             assert not actual.any(), f"{BACKEND} should zero its outputs, got {actual}"
+            return
+        if self.values == "real":
+            actual = actual.cpu()
+            if hasattr(expected, "bound"):
+                _within(actual, expected)
+            else:
+                same = _bits(actual) == _bits(expected)
+                assert same.all(), _first_difference(actual, expected, ~same, "bit for bit")
             return
         if self.dtype.itemsize == 1 and self.dtype.is_floating_point:  # float8: compare bits
             assert torch.equal(actual.view(torch.uint8), expected.view(torch.uint8)), (
@@ -196,6 +310,23 @@ class Ctx:
             )
         else:
             assert torch.equal(actual, expected), f"got {actual}, expected {expected}"
+
+    def agree(self, t: torch.Tensor) -> None:
+        """Every rank holds the same bits in ``t``, as all_reduce promises (DDP relies on it).
+
+        Checked with real values on the whole world (a gloo all_gather of the bits).
+        """
+        if self.values != "real" or self.world != dist.get_world_size() or t.numel() == 0:
+            return
+        mine = _bits(t.cpu()).reshape(-1)
+        everyone = [torch.empty_like(mine) for _ in self.ranks]
+        dist.all_gather(everyone, mine, group=gloo_group())
+        for rank, theirs in zip(self.ranks, everyone):
+            differ = theirs != mine
+            assert not differ.any(), (
+                f"rank {rank} holds other bits than rank {self.rank} in {int(differ.sum())} of"
+                f" {differ.numel()} places, the first at {differ.nonzero()[0].item()}"
+            )
 
     # -- calling torch.distributed -----------------------------------------------
 
@@ -229,7 +360,7 @@ class Ctx:
         assert [t.data_ptr() for t in handle.result()] == [t.data_ptr() for t in outputs]
         copies = chained.wait()
         assert len(copies) == len(outputs)
-        assert all(torch.equal(a, b) for a, b in zip(copies, outputs))
+        assert all(torch.equal(_bits(a), _bits(b)) for a, b in zip(copies, outputs))
 
     def call(self, fn, *args, **kwargs) -> None:
         """Calls a collective with this case's group and async_op, and finishes it."""
@@ -272,6 +403,43 @@ class _NotMember(Exception):
     """This rank is not in the case's subgroup: nothing to do."""
 
 
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s elements as integers of the same size: equal exactly when their bits are."""
+    t = t.contiguous()
+    if t.dtype == torch.bool:  # any byte but 0 is True (gloo sums bools as bytes)
+        return (t.view(torch.uint8) != 0).to(torch.uint8)
+    if t.is_complex():
+        t = torch.view_as_real(t)
+    return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+
+
+def _first_difference(actual: torch.Tensor, expected: torch.Tensor, wrong: torch.Tensor, how: str) -> str:
+    where = tuple(i.item() for i in wrong.nonzero()[0])
+    return (
+        f"{int(wrong.sum())} of {wrong.numel()} elements differ ({how}); the first at {where}:"
+        f" got {actual[where].item()!r}, expected {expected[where].item()!r}"
+    )
+
+
+def _within(actual: torch.Tensor, expected: torch.Tensor) -> None:
+    """A float reduction: NaN, infinities and true zeros exact, the rest within ``expected.bound``."""
+    exact = expected.exact
+    nan = torch.isnan(expected)
+    assert torch.equal(torch.isnan(actual), nan), _first_difference(actual, expected, torch.isnan(actual) != nan, "NaN")
+    inf = torch.isinf(expected)
+    wrong = inf & (actual != expected)
+    assert not wrong.any(), _first_difference(actual, expected, wrong, "infinities")
+    finite = ~nan & ~inf
+    wrong = finite & ((actual.to(exact.dtype) - exact).abs() > expected.bound)
+    assert not wrong.any(), _first_difference(
+        actual, exact, wrong, "by more than the rounding of any order of reduction"
+    )
+    if not actual.is_complex():
+        zero = finite & (exact == 0)
+        wrong = zero & (torch.signbit(actual) != torch.signbit(expected))
+        assert not wrong.any(), _first_difference(actual, expected, wrong, "the sign of zero")
+
+
 def _tensors(value) -> list[torch.Tensor]:
     """The tensors in a future's value (a tensor, or nested lists of them), flattened."""
     if isinstance(value, torch.Tensor):
@@ -294,6 +462,7 @@ def allreduce(ctx: Ctx) -> None:
     t = ctx.data(ctx.rank)
     ctx.call(dist.all_reduce, t, op=ctx.op)
     ctx.check(t, ctx.reduce([ctx.data(r) for r in ctx.ranks]))
+    ctx.agree(t)
 
 
 def allreduce_coalesced(ctx: Ctx) -> None:
@@ -302,6 +471,7 @@ def allreduce_coalesced(ctx: Ctx) -> None:
     ctx.call(dist.all_reduce_coalesced, ts, op=ctx.op)
     for i, t in enumerate(ts):
         ctx.check(t, ctx.reduce([ctx.data(r, shift=i, n=ctx.n + i) for r in ctx.ranks]))
+        ctx.agree(t)
 
 
 def reduce(ctx: Ctx) -> None:
@@ -327,6 +497,15 @@ def _allgather_base(ctx: Ctx) -> None:
     ctx.check(out, torch.cat([ctx.data(r) for r in ctx.ranks]))
 
 
+def _allgather_base_in_place(ctx: Ctx) -> None:
+    """_allgather_base with its input and output aliased, as FSDP2 calls it."""
+    out = ctx.empty(ctx.n * ctx.world)
+    mine = out.narrow(0, ctx.index * ctx.n, ctx.n)
+    mine.copy_(ctx.data(ctx.rank))
+    ctx.call(ctx.api("all_gather_single", "all_gather_into_tensor"), out, mine)
+    ctx.check(out, torch.cat([ctx.data(r) for r in ctx.ranks]))
+
+
 def allgather_coalesced(ctx: Ctx) -> None:
     """All-gathers several tensors as one operation."""
     # Two tensors of one size and one of another.
@@ -343,6 +522,18 @@ def allgather_into_tensor_coalesced(ctx: Ctx) -> None:
     """Runs several flat all-gathers as one operation."""
     inputs = [ctx.data(ctx.rank, shift=i, n=ctx.n + i) for i in range(2)]
     outputs = [ctx.empty((ctx.n + i) * ctx.world) for i in range(2)]
+    gather = ctx.api("all_gather_single", "all_gather_into_tensor")
+    ctx.coalesced(lambda: [gather(o, x, group=ctx.group) for o, x in zip(outputs, inputs)])
+    for i, o in enumerate(outputs):
+        ctx.check(o, torch.cat([ctx.data(r, shift=i, n=ctx.n + i) for r in ctx.ranks]))
+
+
+def allgather_into_tensor_coalesced_in_place(ctx: Ctx) -> None:
+    """allgather_into_tensor_coalesced with its input and output aliased, as FSDP2 calls it."""
+    outputs = [ctx.empty((ctx.n + i) * ctx.world) for i in range(2)]
+    inputs = [o.narrow(0, ctx.index * (ctx.n + i), ctx.n + i) for i, o in enumerate(outputs)]
+    for i, x in enumerate(inputs):
+        x.copy_(ctx.data(ctx.rank, shift=i, n=ctx.n + i))
     gather = ctx.api("all_gather_single", "all_gather_into_tensor")
     ctx.coalesced(lambda: [gather(o, x, group=ctx.group) for o, x in zip(outputs, inputs)])
     for i, o in enumerate(outputs):
@@ -389,6 +580,14 @@ def _reduce_scatter_base(ctx: Ctx) -> None:
     ctx.check(out, ctx.reduce([ctx.data(r, shift=ctx.index) for r in ctx.ranks]))
 
 
+def _reduce_scatter_base_in_place(ctx: Ctx) -> None:
+    """_reduce_scatter_base with its input and output aliased, as FSDP2 calls it."""
+    flat = torch.cat([ctx.data(ctx.rank, shift=j) for j in range(ctx.world)])
+    out = flat.narrow(0, ctx.index * ctx.n, ctx.n)
+    ctx.call(ctx.api("reduce_scatter_single", "reduce_scatter_tensor"), out, flat, op=ctx.op)
+    ctx.check(out, ctx.reduce([ctx.data(r, shift=ctx.index) for r in ctx.ranks]))
+
+
 def reduce_scatter_tensor_coalesced(ctx: Ctx) -> None:
     """Runs several flat reduce-scatters as one operation."""
     outputs = [ctx.empty(ctx.n + i) for i in range(2)]
@@ -399,28 +598,39 @@ def reduce_scatter_tensor_coalesced(ctx: Ctx) -> None:
         ctx.check(o, ctx.reduce([ctx.data(r, shift=ctx.index, n=ctx.n + i) for r in ctx.ranks]))
 
 
+def reduce_scatter_tensor_coalesced_in_place(ctx: Ctx) -> None:
+    """reduce_scatter_tensor_coalesced with its input and output aliased, as FSDP2 calls it."""
+    inputs = [torch.cat([ctx.data(ctx.rank, shift=j, n=ctx.n + i) for j in range(ctx.world)]) for i in range(2)]
+    outputs = [x.narrow(0, ctx.index * (ctx.n + i), ctx.n + i) for i, x in enumerate(inputs)]
+    scatter = ctx.api("reduce_scatter_single", "reduce_scatter_tensor")
+    ctx.coalesced(lambda: [scatter(o, x, op=ctx.op, group=ctx.group) for o, x in zip(outputs, inputs)])
+    for i, o in enumerate(outputs):
+        ctx.check(o, ctx.reduce([ctx.data(r, shift=ctx.index, n=ctx.n + i) for r in ctx.ranks]))
+
+
 def alltoall_base(ctx: Ctx) -> None:
     """Every rank sends a slice of one flat tensor to every rank (splits may be uneven)."""
-    # Even splits first, then uneven ones: rank i sends i + j + 1 elements to rank j.
+    # Even splits first, then uneven ones: rank i sends ctx.split(i, j) elements
+    # to rank j, so a rank sends other sizes than it receives, some of them none.
     out = ctx.empty(ctx.n * ctx.world)
     ctx.call(dist.all_to_all_single, out, torch.cat([ctx.data(ctx.rank, shift=j) for j in range(ctx.world)]))
     ctx.check(out, torch.cat([ctx.data(r, shift=ctx.index) for r in ctx.ranks]))
-    send = [ctx.data(ctx.rank, shift=j, n=ctx.index + j + 1) for j in range(ctx.world)]
-    sizes = [i + ctx.index + 1 for i in range(ctx.world)]
+    send = [ctx.data(ctx.rank, shift=j, n=ctx.split(ctx.index, j)) for j in range(ctx.world)]
+    sizes = [ctx.split(i, ctx.index) for i in range(ctx.world)]
     out = ctx.empty(sum(sizes))
     ctx.call(dist.all_to_all_single, out, torch.cat(send), output_split_sizes=sizes,
              input_split_sizes=[t.numel() for t in send])
-    ctx.check(out, torch.cat([ctx.data(r, shift=ctx.index, n=i + ctx.index + 1)
+    ctx.check(out, torch.cat([ctx.data(r, shift=ctx.index, n=ctx.split(i, ctx.index))
                               for i, r in enumerate(ctx.ranks)]))
 
 
 def alltoall(ctx: Ctx) -> None:
     """Every rank sends its i-th tensor to rank i."""
-    inputs = [ctx.data(ctx.rank, shift=j, n=ctx.index + j + 1) for j in range(ctx.world)]
-    outputs = [ctx.empty(i + ctx.index + 1) for i in range(ctx.world)]
+    inputs = [ctx.data(ctx.rank, shift=j, n=ctx.split(ctx.index, j)) for j in range(ctx.world)]
+    outputs = [ctx.empty(ctx.split(i, ctx.index)) for i in range(ctx.world)]
     ctx.call(dist.all_to_all, outputs, inputs)
     for i, (o, r) in enumerate(zip(outputs, ctx.ranks)):
-        ctx.check(o, ctx.data(r, shift=ctx.index, n=i + ctx.index + 1))
+        ctx.check(o, ctx.data(r, shift=ctx.index, n=ctx.split(i, ctx.index)))
 
 
 def send(ctx: Ctx) -> None:
@@ -473,6 +683,31 @@ def barrier(ctx: Ctx) -> None:
     if ctx.real and ctx.index != ctx.world - 1:
         assert time.monotonic() - start > late / 2, "left the barrier before the last rank came"
 
+
+#: The ops with an aliased in-place form (``<op>_in_place``).
+IN_PLACE = {
+    "_allgather_base",
+    "allgather_into_tensor_coalesced",
+    "_reduce_scatter_base",
+    "reduce_scatter_tensor_coalesced",
+}
+#: The calls of ``shapes``: zero elements, a column of a matrix (2-D, strided,
+#: offset) of an odd size that no transport's chunk divides, a view that starts
+#: into its storage, asynchronously.
+SHAPES = [
+    {"n": 0},
+    {"n": 1031, "layout": "column"},
+    {"n": 67, "layout": "offset", "async_op": True},
+]
+
+
+def shapes(ctx: Ctx, op: str) -> None:
+    """``op`` on random data, in the shapes of ``SHAPES``, then in place where it has such a form."""
+    for shape in SHAPES:
+        globals()[op](Ctx(values="real", **shape))
+        dist.barrier(group=gloo_group())  # a receive from any rank takes this call's message only
+    if op in IN_PLACE:
+        globals()[f"{op}_in_place"](Ctx(values="real", n=67))
 
 # -- cases about the backend as a whole ------------------------------------------
 
@@ -806,6 +1041,8 @@ MATRIX_DTYPES = [
     "float32", "float64", "float16", "bfloat16", "int8", "uint8", "int16", "int32", "int64",
     "bool", "complex64", "complex128", "uint16", "uint32", "uint64", "float8_e4m3fn", "float8_e5m2",
 ]  # fmt: skip
+#: Elements per tensor in the matrix: odd, and more than the extremes that lead random data.
+MATRIX_N = 67
 #: The ops that take a reduce op.
 REDUCING = {
     "allreduce",
@@ -818,6 +1055,13 @@ REDUCING = {
 REDUCE_OPS = ["SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR"]
 #: What a backend may raise for a combination it does not support.
 REJECTIONS = (RuntimeError, ValueError, TypeError)
+
+
+def _largest_on_any_rank(value: int) -> int:
+    """The largest ``value`` any rank has (over gloo), for decisions every rank must share."""
+    t = torch.tensor([value])
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=gloo_group())
+    return int(t.item())
 
 
 def gloo_handles(dtype: str, reduce_op: str, reducing: bool) -> bool:
@@ -836,6 +1080,8 @@ def gloo_handles(dtype: str, reduce_op: str, reducing: bool) -> bool:
 def matrix(ctx: Ctx, op: str) -> list[str]:
     """Every dtype x reduce op that gloo accepts, this backend accepts and gets right.
 
+    The data are random and hold each dtype's extremes (``Ctx(values="real")``).
+
     gloo runs the same case on a gloo group over the same ranks. Where gloo
     accepts a combination this backend must give the expected result; where
     gloo refuses, this backend may refuse too, with an error, but never give a
@@ -852,15 +1098,19 @@ def matrix(ctx: Ctx, op: str) -> list[str]:
     required = []
     for dtype in MATRIX_DTYPES:
         for reduce_op in REDUCE_OPS if reducing else ["SUM"]:
-            params = {"dtype": dtype, "reduce_op": reduce_op}
+            params = {"dtype": dtype, "reduce_op": reduce_op, "values": "real", "n": MATRIX_N}
             if gloo_has_op:
+                outcome = 0  # 0: gloo gets the expected result, 1: it refuses, 2: it gets another
                 try:
                     globals()[op](Ctx(gloo=True, **params))
-                    gloo_accepts = True
                 except REJECTIONS:
-                    gloo_accepts = False
+                    outcome = 1
                 except AssertionError:
+                    outcome = 2
+                outcome = _largest_on_any_rank(outcome)  # every rank takes the same branch
+                if outcome == 2:
                     continue  # gloo itself gets another answer: nothing to compare with
+                gloo_accepts = outcome == 0
             else:
                 gloo_accepts = gloo_handles(dtype, reduce_op, reducing)
             try:
@@ -933,4 +1183,7 @@ def run(case: str, subgroup_ranks=None, **params):
         ctx = Ctx(group_ranks=subgroup_ranks, **params)
     except _NotMember:
         return None
-    return function(ctx, **own)
+    try:
+        return function(ctx, **own)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n[random data seed {ctx.seed}: STORE_ALL_TEST_SEED={ctx.seed} repeats it]") from e

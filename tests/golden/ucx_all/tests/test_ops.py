@@ -22,6 +22,13 @@ def test_op_on_noncontiguous_tensors(cluster, op):
     cluster.run(op, noncontiguous=True)
 
 
+@pytest.mark.parametrize("op", sorted(OPS - {"barrier"}))
+def test_op_in_the_shapes_real_clients_use(cluster, op):
+    """Random data holding each dtype's extremes; zero elements, odd sizes, 2-D, offset
+    views; input and output aliased as FSDP2 has them."""
+    cluster.run("shapes", op=op)
+
+
 @pytest.mark.parametrize("op", sorted(OPS))
 def test_op_with_last_rank_as_root(cluster, op):
     cluster.run(op, root_index=-1)
@@ -50,11 +57,12 @@ def test_recv_matches_messages_by_tag(cluster):
 
 
 def test_ops_on_large_tensors():
-    """Tensors of 10 MiB each: more than one message of many transports holds
-    (a TCPStore value, for one, is at most 8 MiB)."""
+    """Tensors of just over 10 MiB each, an odd number of elements: more than
+    one message of many transports holds (a TCPStore value, for one, is at most
+    8 MiB), and no whole number of them."""
     cluster = Cluster(2)
     try:
-        cluster.run_each(sorted(OPS), n=10 * 2**20 // 4)
+        cluster.run_each(sorted(OPS), n=10 * 2**20 // 4 + 3)
     finally:
         cluster.close()
 
