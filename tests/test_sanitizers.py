@@ -23,7 +23,7 @@ inside torch. It runs twice: as generated, and with ``kBodiesOnlyStart`` true
 thread, callers polling their own ops).
 
 Needs gcc's sanitizer runtimes (libasan, libubsan, libtsan: Debian's gcc has
-them). Marked ``build``: two ASan builds, 9 store tests and 38 ucx receive
+them). Marked ``build``: two ASan builds, 9 store tests and 44 ucx receive
 tests under ASan, two TSan compiles and runs: about 10.5 minutes on two
 shared cores (7 before the ucx build and the caller-driven TSan run).
 """
@@ -188,10 +188,11 @@ def test_runtime_and_failure_tests_under_asan_and_ubsan(asan_built: Built, tmp_p
 
 #: The ucx project's receive tests (test_failures.py: receives posted after a
 #: waiting one, from any source, in order, timed out, given up on mid-message;
-#: test_ops.py: by source, by tag, and recv/recvAnysource in the op matrix):
-#: 38 pass and 3 need 3 ranks (skipped), about 75 s under ASan.
+#: test_ops.py: by source, by tag, and recv/recvAnysource in the op matrix and
+#: in the shapes test: zero elements, a strided 2-D column, an offset view):
+#: 44 pass and 3 need 3 ranks (skipped), about 90 s under ASan.
 UCX_SELECTED = ["tests/test_failures.py", "tests/test_ops.py", "-k", "recv or receive"]
-UCX_SELECTED_COUNT = 38
+UCX_SELECTED_COUNT = 44
 
 
 def test_ucx_receives_under_asan_and_ubsan(

@@ -626,6 +626,13 @@ def alltoall_base(ctx: Ctx) -> None:
 
 def alltoall(ctx: Ctx) -> None:
     """Every rank sends its i-th tensor to rank i."""
+    # Tensors of one size first, then uneven ones: rank i sends ctx.split(i, j)
+    # elements to rank j.
+    inputs = [ctx.data(ctx.rank, shift=j) for j in range(ctx.world)]
+    outputs = [ctx.empty() for _ in ctx.ranks]
+    ctx.call(dist.all_to_all, outputs, inputs)
+    for o, r in zip(outputs, ctx.ranks):
+        ctx.check(o, ctx.data(r, shift=ctx.index))
     inputs = [ctx.data(ctx.rank, shift=j, n=ctx.split(ctx.index, j)) for j in range(ctx.world)]
     outputs = [ctx.empty(ctx.split(i, ctx.index)) for i in range(ctx.world)]
     ctx.call(dist.all_to_all, outputs, inputs)
