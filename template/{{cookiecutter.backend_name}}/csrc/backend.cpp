@@ -545,12 +545,16 @@ void {{ p.work_class }}::run() {
     return;  // aborted or failed while queued: its body never runs
   }
   TORCH_INTERNAL_ASSERT(body_ && !holdsLibrary_, describe(), " ran twice");
-  std::exception_ptr error = refusal();
-  if (!error && !library_->take()) {
+  // Taken before refusal() reads `aborted`, which shutdown() sets before it
+  // asks whether the library is busy: one of the two sees the other.
+  std::exception_ptr error;
+  if (library_->take()) {
+    holdsLibrary_ = true;
+    error = refusal();
+  } else {
     error = backendError(describe() + ": cancelled, the process group was destroyed before it ran");
   }
   if (!error) {
-    holdsLibrary_ = true;
     started_ = Clock::now();
     try {
       const c10::OptionalStreamGuard onStream(stream());
