@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import Result
-from helpers import EXAMPLE_DUMMY, Built, build, listing, run_cli
+from helpers import EXAMPLE_DUMMY, Built, build, have_ucx, listing, run_cli
 from new_backend import GenerationResult, generate_project
 from new_backend.catalogue import Catalogue, load_catalogue
 
@@ -114,11 +111,7 @@ def built_mpi(tmp_path_factory: pytest.TempPathFactory) -> Built:
 @pytest.fixture(scope="session")
 def built_ucx(tmp_path_factory: pytest.TempPathFactory) -> Built:
     """Every op over UCX (Debian's libucx-dev, which .ci/run installs), built."""
-    have_ucx = os.environ.get("UCX_HOME") or (
-        shutil.which("pkg-config")
-        and subprocess.run(["pkg-config", "--exists", "ucx"], check=False).returncode == 0
-    )
-    if not have_ucx:
+    if not have_ucx():
         pytest.skip("no UCX: apt-get install libucx-dev (or set UCX_HOME) to build the ucx project")
     rendered = generate_project(
         "ucx_all", ops="all", impl="ucx", output_dir=tmp_path_factory.mktemp("render")

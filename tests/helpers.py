@@ -154,3 +154,15 @@ def build(source: Path, work: Path) -> Built:
     warnings = [line for line in log.splitlines() if "warning" in line and "/csrc/" in line]
     assert not warnings, "\n".join(warnings)
     return Built(project, site)
+
+
+def ucx_by_pkg_config() -> bool:
+    """Whether ``pkg-config ucx`` finds UCX (Debian's libucx-dev)."""
+    return bool(shutil.which("pkg-config")) and (
+        subprocess.run(["pkg-config", "--exists", "ucx"], check=False).returncode == 0
+    )
+
+
+def have_ucx() -> bool:
+    """Whether a generated ucx project can find UCX: ``UCX_HOME``, or pkg-config."""
+    return bool(os.environ.get("UCX_HOME")) or ucx_by_pkg_config()

@@ -21,6 +21,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+from helpers import ucx_by_pkg_config
 from new_backend import generate_project
 
 CC = shutil.which("cc") or shutil.which("gcc")
@@ -45,12 +46,6 @@ IMPL_LIBRARIES = {
     "ucx": ("ucp/api/ucp.h", "unsigned a, b, c; ucp_get_version(&a, &b, &c);", "libucp.so"),
     "mpi": ("mpi.h", "int done; MPI_Initialized(&done);", "libmpi.so"),
 }
-
-
-def have_ucx() -> bool:
-    return bool(shutil.which("pkg-config")) and (
-        subprocess.run(["pkg-config", "--exists", "ucx"], check=False).returncode == 0
-    )
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -97,7 +92,7 @@ def test_impl_library_and_user_library_are_both_linked(
     impl: str, foo: Path, tmp_path: Path
 ) -> None:
     """--impl ucx|mpi --library foo: setup.py finds and links both; both load by RUNPATH."""
-    if impl == "ucx" and not have_ucx():
+    if impl == "ucx" and not ucx_by_pkg_config():
         pytest.skip("no UCX: apt-get install libucx-dev")
     header, call, soname = IMPL_LIBRARIES[impl]
     project = generate_project(

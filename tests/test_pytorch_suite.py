@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers import have_ucx
 from new_backend import generate_project
 
 pytestmark = [pytest.mark.build, pytest.mark.pytorch_suite, pytest.mark.timeout(2400)]
@@ -84,11 +84,7 @@ def mpi_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def ucx_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Where pip installed a freshly generated all-ops UCX backend (Debian's libucx-dev)."""
-    have_ucx = os.environ.get("UCX_HOME") or (
-        shutil.which("pkg-config")
-        and subprocess.run(["pkg-config", "--exists", "ucx"], check=False).returncode == 0
-    )
-    if not have_ucx:
+    if not have_ucx():
         pytest.skip("no UCX: apt-get install libucx-dev (or set UCX_HOME)")
     return build_site(UCX_NAME, "ucx", tmp_path_factory)
 

@@ -38,7 +38,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import Built, build
+from helpers import Built, build, ucx_by_pkg_config
 from new_backend import generate_project
 from torch.utils import cpp_extension
 
@@ -198,10 +198,7 @@ UCX_SELECTED_COUNT = 44
 def test_ucx_receives_under_asan_and_ubsan(
     tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
 ) -> None:
-    if not (
-        shutil.which("pkg-config")
-        and subprocess.run(["pkg-config", "--exists", "ucx"]).returncode == 0
-    ):
+    if not ucx_by_pkg_config():
         pytest.skip("no UCX (pkg-config ucx): apt-get install libucx-dev")
     out = tmp_path_factory.mktemp("render-san-ucx")
     rendered = generate_project(UCX_NAME, ops="all", impl="ucx", output_dir=out).target
