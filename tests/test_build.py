@@ -37,6 +37,8 @@ def run_own_tests(built: Built) -> None:
     """Run the project's generated tests against the built copy; all of them must pass."""
     report = built.project / "junit.xml"
     env = {**os.environ, "PYTHONPATH": str(built.site)}
+    if sizes := os.environ.get("NEW_BACKEND_TEST_WORLD_SIZES"):  # e.g. "3", for a quicker run
+        env[f"{built.answers['backend_name'].upper()}_TEST_WORLD_SIZES"] = sizes
     pytest_args = [str(built.project / "tests"), "-q", "-p", "no:cacheprovider"]
     done = subprocess.run(
         [sys.executable, "-m", "pytest", *pytest_args, f"--junitxml={report}"],
@@ -98,6 +100,18 @@ def test_mpi_project_builds_and_passes_its_own_tests(built_mpi: Built) -> None:
 def test_ucx_project_builds_and_passes_its_own_tests(built_ucx: Built) -> None:
     """Every op, dtype and reduce op against gloo, subgroups, failures, over UCX."""
     run_own_tests(built_ucx)
+
+
+def test_the_installed_metadata_carries_both_registration_entry_points(built_dummy: Built) -> None:
+    """torch 2.14+ finds the backend by name in ``torch.distributed.backends``; 2.13 autoloads
+    ``torch.backends``. Both must survive the build into the installed metadata."""
+    (dist_info,) = built_dummy.site.glob("*.dist-info")
+    text = (dist_info / "entry_points.txt").read_text()
+    name = built_dummy.answers["backend_name"]
+    target = f"{name} = _{name}_collectives_autoload:register"
+    for group in ("torch.distributed.backends", "torch.backends"):
+        section = re.search(rf"^\[{re.escape(group)}\]\n((?:[^\[\n][^\n]*\n?)*)", text, re.M)
+        assert section and target in section.group(1), f"[{group}] lacks {target!r}:\n{text}"
 
 
 def runpath(shared: Path) -> tuple[list[str], list[str]]:

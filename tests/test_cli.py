@@ -53,7 +53,10 @@ BAD_OPS = {
 }
 
 BAD_DEVICES = {
-    "unknown": "tpu",
+    "not a name": "cuda:0",
+    "torch's own, not served": "xla",
+    "not a device": "gpu",
+    "two out-of-tree": "cpu,npu,tpu",
     "duplicate": "cpu,cpu",
     "duplicate in other case": "cpu,CPU",
     "empty": "",
@@ -222,6 +225,19 @@ def test_ops_all_selects_every_catalogue_op(
     assert result.exit_code == 0, result.output
     answers = json.loads((out / "x" / ".new-backend.json").read_text())
     assert answers["ops"] == list(catalogue.names)
+
+
+def test_an_out_of_tree_device_is_served_by_name(run: Cli, out: Path) -> None:
+    """``--devices npu,cpu``: a PrivateUse1 device by the name its package gives it, last."""
+    result = run("x", "--devices", "npu,cpu")
+    assert result.exit_code == 0, result.output
+    project = out / "x"
+    assert json.loads((project / ".new-backend.json").read_text())["devices"] == ["cpu", "npu"]
+    init = (project / "src" / "x_collectives" / "__init__.py").read_text()
+    assert 'DEVICES = ["cpu", "npu"]' in init
+    checks = (project / "csrc" / "checks.hpp").read_text()
+    assert "t.is_cpu() || t.is_privateuseone()" in checks and "is_npu" not in checks
+    assert 'FAKE_DEVICE = "npu"' in (project / "tests" / "harness.py").read_text()
 
 
 def test_devices_are_normalised(run: Cli, out: Path) -> None:
@@ -453,7 +469,7 @@ BROKEN_ANSWERS = {
     "missing keys": '{"backend_name": "x"}',
     "bad name": answers_with(backend_name="gloo"),
     "bad op": answers_with(ops=["nope"]),
-    "bad device": answers_with(devices=["tpu"]),
+    "bad device": answers_with(devices=["gpu"]),
     "bad impl": answers_with(impl="real"),
     "bad library": answers_with(library="lib ucx"),
     "name not a string": answers_with(backend_name=7),
@@ -575,3 +591,19 @@ def test_a_library_project_says_how_to_point_the_build_at_it(
         assert word in build, word
     assert run("plain").exit_code == 0
     assert "--library" not in (out / "plain" / "README.md").read_text()
+
+
+def test_ops_hpp_says_the_op_bodies_get_non_contiguous_tensors(run: Cli, out: Path) -> None:
+    """Contiguity is not checked, so the contract in ops.hpp says so, and what to do about
+    it, and the op declarations point there."""
+    assert run("mine", "--ops", "all").exit_code == 0
+    hpp = (out / "mine" / "csrc" / "ops.hpp").read_text()
+    contract = " ".join(
+        hpp.split("\n// Arguments.")[1].split("\n//\n")[0].replace("//", "").split()
+    )
+    for words in ("Contiguity is not checked", "input or output", "non-contiguous view",
+                  "tensor.contiguous()", "copy_() it back"):  # fmt: skip
+        assert words in contract, contract
+    blocks = hpp.split("void abort(Communicator& comm);\n\n")[1].split("\n\n")
+    assert blocks[0].startswith("// The ops. Every tensor they receive may be non-contiguous")
+    assert blocks[1].startswith("// ")  # each op keeps its own comment

@@ -29,7 +29,7 @@ BAD_ANSWERS = {
     "keyword": ["backend_name=class"],
     "unknown op": ["backend_name=x", "ops=allreduc"],
     "duplicate op": ["backend_name=x", "ops=all_reduce,allreduce"],
-    "unknown device": ["backend_name=x", "devices=tpu"],
+    "not a device": ["backend_name=x", "devices=gpu"],
     "path": pytest.param(
         ["backend_name=a/b"],
         marks=pytest.mark.xfail(

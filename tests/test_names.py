@@ -76,11 +76,13 @@ def test_the_collection_check_catches_a_shadowing_test_module(tmp_path: Path) ->
 
 def test_the_generated_suite_says_why_it_skips(tmp_path: Path) -> None:
     """``pytest -q`` in a project lists each skip's reason (``-rs`` in its pytest config):
-    without a GPU the CUDA tests skip, and the user is told why."""
+    without a GPU the CUDA tests skip, and the user is told why (the fake device's tests are
+    not selected: they build it)."""
     project = generate_project("mine", output_dir=tmp_path).target
     collect(project)  # puts the stub extension in place
+    pytest = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_cuda.py"],
+        [*pytest, "tests/test_devices.py", "-k", "cuda"],
         cwd=project,
         env={
             **os.environ,

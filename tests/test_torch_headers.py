@@ -7,10 +7,14 @@ catalogue.toml (an op, an alias, `since`, `renamed`, or `[not_supported]`).
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sysconfig
 from pathlib import Path
 
 import pytest
+from conftest import Render
 from new_backend.catalogue import Catalogue, Op, release
 
 torch = pytest.importorskip("torch")
@@ -129,3 +133,66 @@ def test_not_supported_entries_are_still_in_torch_or_explained(catalogue: Catalo
             assert "torch 2.1" in reason or "torch 3" in reason, (
                 f"{name} is not in torch {torch.__version__}; say in its reason which torch has it"
             )
+
+
+def virtual_methods(name: str) -> set[str]:
+    """The names of the virtual methods of a c10d header that return no Work."""
+    return set(
+        re.findall(r"virtual\s+(?!c10::intrusive_ptr<Work>\s)[^;{()]*?\b(\w+)\s*\(", header(name))
+    )
+
+
+def test_every_virtual_of_backend_and_work_is_overridden_or_a_default_with_a_reason(
+    catalogue: Catalogue, render: Render
+) -> None:
+    """New virtuals (torch 2.15's isInitialized(), completion hooks...) are decided, not missed."""
+    project = render("allops", ops="all").target
+    text = (project / "csrc" / "backend.hpp").read_text()
+    overrides = set(re.findall(r"\b(\w+)\([^;{]*\)\s*(?:const\s*)?override\b", text))
+    theirs = {f"Backend::{n}" for n in virtual_methods("Backend.hpp") if not n.startswith("~")}
+    theirs |= {f"Work::{n}" for n in virtual_methods("Work.hpp")}
+    undecided = sorted(
+        v for v in theirs if v.split("::")[1] not in overrides and v not in catalogue.defaults
+    )
+    assert not undecided, (
+        f"torch {torch.__version__}'s c10d has virtual methods the generated backend neither "
+        f"overrides nor lists in catalogue.toml's [defaults]: {undecided}. Override each in the "
+        "template's backend.hpp, or list it with the reason c10d's default is right."
+    )
+    both = sorted(v for v in catalogue.defaults if v.split("::")[1] in overrides)
+    assert not both, f"{both} are overridden: remove them from [defaults]"
+    for name, reason in catalogue.defaults.items():
+        assert reason.strip(), f"{name} needs a reason"
+        if name not in theirs:
+            assert re.search(r"torch \d+\.\d+", reason), (
+                f"{name} is not in torch {torch.__version__}; say in its reason which torch has it"
+            )
+
+
+@pytest.mark.build
+def test_the_backend_compiles_against_a_torch_without_the_supports_virtuals(
+    render: Render, tmp_path: Path
+) -> None:
+    """PyTorch's main branch folds the supportsX() virtuals into one capabilities() set: against
+    this torch's c10d headers with supportsSplitting() taken out, backend.hpp still compiles
+    (its override is there only where the compiler finds the virtual)."""
+    from torch.utils import cpp_extension
+
+    project = render("nosupports", ops="all").target
+    future = tmp_path / "include" / "torch" / "csrc" / "distributed" / "c10d"
+    future.mkdir(parents=True)
+    backend_hpp = (C10D / "Backend.hpp").read_text()
+    without, removed = re.subn(
+        r"\n  virtual bool supportsSplitting\(\) const \{.*?\n  \}\n", "\n", backend_hpp, flags=re.S
+    )
+    assert removed == 1, "Backend.hpp's supportsSplitting() changed: update this test"
+    (future / "Backend.hpp").write_text(without)
+    probe = tmp_path / "probe.cpp"
+    probe.write_text('#include "backend.hpp"\n')
+    includes = [tmp_path / "include", project / "csrc", *cpp_extension.include_paths()]
+    command = [
+        os.environ.get("CXX", "c++"), "-std=c++20", "-fsyntax-only", "-Wall", "-Werror",
+        *(f"-I{path}" for path in includes), f"-I{sysconfig.get_paths()['include']}", str(probe),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]

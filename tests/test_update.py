@@ -122,6 +122,7 @@ LANDED_KITS = {
     "ac3907f733552944": "0.2.2",
     "50606e2558b45e32": "0.2.3",
     "1ad9c72179b81c50": "0.2.4",
+    "8b1f21d45fcbefa4": "0.2.5",
 }
 
 
@@ -251,6 +252,17 @@ def test_update_outside_a_project_is_one_line(run: Cli, out: Path) -> None:
     assert_one_line_error(run("check"), 2)
 
 
+@pytest.mark.parametrize("command", ["update", "check"])
+def test_update_from_a_folder_of_a_project_names_the_project(
+    run: Cli, out: Path, command: str
+) -> None:
+    assert run("mycpu").exit_code == 0
+    before = listing(out)
+    line = assert_one_line_error(run_cli([command], cwd=out / "mycpu" / "csrc"), 2)
+    assert f"inside the project {(out / 'mycpu').resolve()}: run the command there" in line
+    assert listing(out) == before
+
+
 # -- changing answers through update ----------------------------------------------
 
 
@@ -320,6 +332,16 @@ def test_adding_an_op_present_or_removing_one_absent_changes_nothing(run: Cli, o
     assert "note: +allreduce: the project already has allreduce" in result.stdout
     recorded = json.loads((out / "mycpu" / ".new-backend.json").read_text())
     assert recorded["ops"] == ["broadcast", "allreduce"]
+
+
+def test_the_header_of_an_answers_only_update_names_the_generator_once(run: Cli, out: Path) -> None:
+    """Same generator, new ops: the header is the change, not "from X to X"."""
+    assert run("mycpu").exit_code == 0
+    result = run("update", "mycpu", "--allow-dirty", "--dry-run", "--ops=+broadcast,-allgather")
+    assert result.exit_code == 0, result.output
+    header = result.stdout.splitlines()[0]
+    label = installed_kit().label
+    assert header == f"Would update mycpu with {label}, which made it; ops: +broadcast, -allgather"
 
 
 # -- a template changed here on purpose ----------------------------------------------
@@ -409,6 +431,30 @@ def test_check_accepts_a_new_option_in_ops_hpp(run: Cli, out: Path) -> None:
     result = run("check", "mycpu")
     assert result.exit_code == 0, result.output
     assert "up to date" in result.stdout
+
+
+def test_check_without_the_base_lists_plumbing_never_the_users_files(run: Cli, out: Path) -> None:
+    """A project whose base no kit has (made by another checkout): check cannot tell edits
+    from template changes, and says so; but the user's own files, edited as invited, are
+    not listed as the template's, while a patched plumbing file is."""
+    assert run("mycpu").exit_code == 0
+    project = out / "mycpu"
+    answers = project / ".new-backend.json"
+    data = json.loads(answers.read_text())
+    answers.write_text(json.dumps({**data, "template_hash": "0" * 16}))
+    add_an_option(project)
+    (project / "csrc" / "ops.cpp").write_text("// all mine\n")
+    backend = project / "csrc" / "backend.cpp"
+    backend.write_text(backend.read_text() + "// patched\n")
+    result = run("check", "mycpu")
+    assert result.exit_code == 1, result.output
+    assert "cannot rebuild the base" in result.stdout
+    assert result.stdout.startswith("mycpu was made by new-backend ")
+    assert "(template 00000000), not " in result.stdout
+    assert "the template's changes or your edits" in result.stdout
+    assert "Files the template changed" not in result.stdout
+    listed = [line.strip() for line in result.stdout.splitlines() if line.startswith("  ")]
+    assert listed == [".new-backend.json", "csrc/backend.cpp"]
 
 
 def test_update_merges_a_new_option_in_ops_hpp(tmp_path: Path) -> None:

@@ -101,6 +101,8 @@ class Catalogue:
     ops: tuple[Op, ...]
     #: Backend.hpp collectives left out on purpose, with the reason.
     not_supported: dict[str, str] = field(default_factory=dict)
+    #: Other virtual methods ("Backend::name", "Work::name") c10d's defaults serve, and why.
+    defaults: dict[str, str] = field(default_factory=dict)
     _index: dict[str, Op] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -170,4 +172,4 @@ def load_catalogue(path: Path = CATALOGUE_FILE) -> Catalogue:
                 f'catalogue: {entry["name"]}: queue must be "ops", "receives" or "caller"'
             )
         ops.append(Op(**entry))
-    return Catalogue(tuple(ops), dict(raw.get("not_supported", {})))
+    return Catalogue(tuple(ops), dict(raw.get("not_supported", {})), dict(raw.get("defaults", {})))

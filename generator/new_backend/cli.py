@@ -38,6 +38,7 @@ from new_backend.validate import (
     DEFAULT_DEVICES,
     DEFAULT_NAME,
     DEFAULT_OPS,
+    DEVICES,
     IMPLEMENTATIONS,
     Answers,
 )
@@ -123,7 +124,8 @@ CONTEXT = {"help_option_names": ["-h", "--help"]}
 @click.option(
     "--devices",
     type=DEVICE_LIST,
-    help=f"Devices to register the backend for. [default: {','.join(DEFAULT_DEVICES)}]",
+    help=f"Devices to register the backend for: {', '.join(DEVICES)}, and one out-of-tree "
+    f"(PrivateUse1) device by its name, e.g. npu. [default: {','.join(DEFAULT_DEVICES)}]",
 )
 @click.option(
     "--impl",
@@ -327,7 +329,10 @@ def update(
     )
     answers = "".join(f"; {change}" for change in answer_changes(result.old, result.new))
     verb = "Would update" if dry_run else "Updating"
-    click.echo(f"{verb} {project} from {result.base} to {result.theirs}{answers}")
+    if result.base == result.theirs:  # new answers only: say the generator once
+        click.echo(f"{verb} {project} with {result.theirs}, which made it{answers}")
+    else:
+        click.echo(f"{verb} {project} from {result.base} to {result.theirs}{answers}")
     for note in result.notes:
         click.echo(f"  note: {note}")
     if not result.changes:
@@ -379,13 +384,19 @@ def check(project: Path) -> None:
     if result.up_to_date:
         click.echo(f"{project} is up to date with {result.installed}.")
         return
-    if result.lagging:
+    if result.lagging and result.base_missing:
+        click.echo(
+            f"{project} was made by {result.made_with}, not {result.installed}. "
+            f"Plumbing files that differ from what {result.installed} renders "
+            "(the template's changes or your edits):"
+        )
+    elif result.lagging:
         click.echo(
             f"{project} lags {result.installed}: it was made by {result.made_with}. "
             f"Files the template changed ('new-backend update' merges them in):"
         )
-        for name in result.lagging:
-            click.echo(f"  {name}")
+    for name in result.lagging:
+        click.echo(f"  {name}")
     if result.base_missing:
         click.echo(f"Cannot tell which files were edited by hand: {result.base_missing}")
     if result.edited:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from new_backend import __version__
 from new_backend.catalogue import Op, load_catalogue
-from new_backend.validate import Answers
+from new_backend.validate import DEVICES, Answers
 
 
 @dataclass(frozen=True)
@@ -131,6 +131,16 @@ class Project:
     @property
     def devices(self) -> tuple[str, ...]:
         return self.answers.devices
+
+    @property
+    def torch_devices(self) -> tuple[str, ...]:
+        """The devices of torch's own this project serves (cpu, cuda...)."""
+        return tuple(d for d in self.answers.devices if d in DEVICES)
+
+    @property
+    def private_device(self) -> str | None:
+        """The out-of-tree (PrivateUse1) device this project serves, by name, if any."""
+        return next((d for d in self.answers.devices if d not in DEVICES), None)
 
     @property
     def impl(self) -> str:

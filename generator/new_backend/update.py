@@ -36,7 +36,7 @@ from new_backend.exceptions import (
     DirtyProjectError,
     NotAProjectError,
 )
-from new_backend.generate import ANSWERS_FILE, read_answers
+from new_backend.generate import ANSWERS_FILE, enclosing_project, read_answers
 from new_backend.kits import Kit, base_kit, installed_kit
 from new_backend.merge import merge3, unified_diff
 from new_backend.validate import Answers, change_ops, validate_devices, validate_impl
@@ -60,8 +60,14 @@ def read_record(project: str | os.PathLike[str]) -> Record:
     project = Path(project)
     path = project / ANSWERS_FILE
     if not path.is_file():
+        enclosing = enclosing_project(project)
         raise NotAProjectError(
             f"{project} is not a project made by new-backend (it has no {ANSWERS_FILE})"
+            + (
+                f"; it is inside the project {enclosing}: run the command there"
+                if enclosing
+                else ""
+            )
         )
     answers = read_answers(path)
     data = json.loads(path.read_text(encoding="utf-8"))
@@ -279,7 +285,8 @@ class CheckResult:
     project: Path
     made_with: str
     installed: str
-    #: Files the installed generator renders differently from the project's base.
+    #: Files the installed generator renders differently from the project's base; without
+    #: the base, the plumbing files that differ from the installed generator's render.
     lagging: tuple[str, ...]
     #: Plumbing files (not in :data:`USER_FILES`) that differ from the base.
     edited: tuple[str, ...]
@@ -305,12 +312,17 @@ def check_project(project: str | os.PathLike[str] = ".", kit: Kit | None = None)
                 base = _files(kit_used.render(context, Path(scratch, "base")))
                 made_with = kit_used.label
         except BaseUnavailableError as e:
-            mine = {p: project / p for p in theirs}
-            lagging = tuple(sorted(p for p in theirs if _differs(theirs.get(p), mine.get(p))))
-            return CheckResult(
-                project, f"new-backend {record.generator_version}", theirs_kit.label,
-                lagging, (), str(e),
-            )  # fmt: skip
+            # Without the base a difference may be the template's or the user's, and the
+            # user's own files differ by design: only the plumbing is compared.
+            lagging = tuple(
+                sorted(
+                    p for p in theirs if p not in USER_FILES and _differs(theirs[p], project / p)
+                )
+            )
+            made_with = f"new-backend {record.generator_version}"
+            if record.template_hash:
+                made_with += f" (template {record.template_hash[:8]})"
+            return CheckResult(project, made_with, theirs_kit.label, lagging, (), str(e))
         lagging = tuple(
             sorted(p for p in base.keys() | theirs.keys() if _differs(base.get(p), theirs.get(p)))
         )

@@ -129,8 +129,23 @@ CPP_KEYWORDS = frozenset(
     ]
 )
 
-DEVICES = ("cpu", "cuda")
+#: torch's own device types a generated backend serves: its runtime meets their
+#: streams through c10's device-generic Stream, Event and DeviceGuardImpl.
+DEVICES = ("cpu", "cuda", "xpu", "hpu", "mtia", "mps")
 DEFAULT_DEVICES = ("cpu", "cuda")
+#: Names that are not a device a backend can be registered for, and what to say instead.
+NOT_DEVICES = {
+    "gpu": "torch calls NVIDIA and AMD GPUs cuda",
+    "meta": "meta tensors hold no data to communicate",
+    "privateuseone": "name the out-of-tree device as its package renames PrivateUse1 (npu, say)",
+    **{
+        name: "it is one of torch's own device types, which generated backends do not serve"
+        for name in ("xla", "lazy", "ipu", "ve", "vulkan", "metal", "mkldnn", "opengl",
+                     "opencl", "ideep", "hip", "fpga", "maia")
+    },
+}  # fmt: skip
+#: An out-of-tree (PrivateUse1) device's name, as torch.utils.rename_privateuse1_backend takes it.
+DEVICE_PATTERN = re.compile(r"[a-z][a-z0-9_]*")
 IMPLEMENTATIONS = ("dummy", "store", "mpi", "ucx")
 DEFAULT_NAME = "dummy"
 DEFAULT_OPS = ("allreduce", "allgather")
@@ -210,18 +225,35 @@ def resolve_ops(ops: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
 
 
 def validate_devices(devices: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
-    """Check a device list such as ``"cpu,cuda"``; returns it in canonical order."""
+    """Check a device list such as ``"cpu,cuda"``; returns it in canonical order.
+
+    Besides torch's own :data:`DEVICES`, one out-of-tree accelerator may be named
+    (``cpu,npu``): the PrivateUse1 device its package registers; it comes last.
+    """
     items = [item.lower() for item in _items("devices", devices)]
     if not any(items) or "" in items:
         raise InvalidAnswerError("devices", "the list is empty or has an empty entry; try cpu,cuda")
     for item in items:
-        if item not in DEVICES:
+        if item in NOT_DEVICES:
             raise InvalidAnswerError(
-                "devices", f"unknown device {item!r}; choose from {', '.join(DEVICES)}"
+                "devices", f"{item!r} is not a device to serve: {NOT_DEVICES[item]}"
+            )
+        if item not in DEVICES and not DEVICE_PATTERN.fullmatch(item):
+            raise InvalidAnswerError(
+                "devices",
+                f"{item!r} is not a device name; choose from {', '.join(DEVICES)}, or name an "
+                "out-of-tree device as it registers itself (lower case, like npu)",
             )
     if len(set(items)) != len(items):
         raise InvalidAnswerError("devices", f"{','.join(items)!r} lists a device twice")
-    return tuple(d for d in DEVICES if d in items)
+    private = [item for item in items if item not in DEVICES]
+    if len(private) > 1:
+        raise InvalidAnswerError(
+            "devices",
+            f"{' and '.join(private)} are both out-of-tree devices; torch has one such device "
+            "type (PrivateUse1) per process",
+        )
+    return tuple(d for d in DEVICES if d in items) + tuple(private)
 
 
 def validate_impl(impl: str) -> str:

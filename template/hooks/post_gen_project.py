@@ -23,3 +23,10 @@ ONLY_FOR = {
 for path, impls in ONLY_FOR.items():
     if IMPL not in impls:
         Path(path).unlink()
+
+# Bytecode a template folder may have picked up (its fake accelerator imported
+# in place) is no part of a project.
+for cache in sorted(Path(".").rglob("__pycache__"), reverse=True):
+    for stale in cache.iterdir():
+        stale.unlink()
+    cache.rmdir()

@@ -75,6 +75,25 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
       py::arg("backend"),
       "The Options a backend of this package was created with.");
 
+
+  module.def(
+      "flight_record",
+      [] {
+        std::string record;
+        {
+          py::gil_scoped_release release;
+          record = dummy_collectives::pickledRecord();
+        }
+        return py::bytes(record);
+      },
+      "This process's flight recorder, pickled as c10d's FlightRecorder dumps it.");
+  module.def(
+      "dump_flight_record",
+      &dummy_collectives::dumpRecord,
+      py::arg("global_rank"),
+      py::call_guard<py::gil_scoped_release>(),
+      "Writes the flight recorder to TORCH_FR_DUMP_TEMP_FILE<global_rank>; returns the path.");
+
 #ifdef WITH_CUDA
   module.attr("WITH_CUDA") = true;
 #else

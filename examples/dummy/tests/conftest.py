@@ -1,5 +1,7 @@
 """Shared fixtures: one cluster of real processes per world size, for the whole session."""
 
+import os
+
 import pytest
 import torch
 from harness import Cluster
@@ -7,16 +9,22 @@ from harness import Cluster
 import dummy_collectives
 
 #: World sizes every op is tested at: not only powers of two.
-WORLD_SIZES = [2, 3]
+#: DUMMY_TEST_WORLD_SIZES=3 (comma-separated) picks others, for a quicker run.
+WORLD_SIZES = [
+    int(n) for n in os.environ.get("DUMMY_TEST_WORLD_SIZES", "2,3").split(",")
+]
 
 
 def pytest_collection_modifyitems(config, items):
-    """A backend registered for CUDA only needs a GPU for every test that runs ranks."""
-    if "cpu" in dummy_collectives.DEVICES or torch.cuda.is_available():
+    """A backend not registered for cpu needs its device for the tests on CPU tensors (a GPU
+    for cuda); test_devices.py runs every op on the fake accelerator all the same."""
+    if "cpu" in dummy_collectives.DEVICES or (dummy_collectives.DEVICES[0] == "cuda" and torch.cuda.is_available()):
         return
-    skip = pytest.mark.skip(reason="this backend is registered for cuda only and there is no GPU")
+    devices = " and ".join(dummy_collectives.DEVICES)
+    need = "needs a GPU" if dummy_collectives.DEVICES[0] == "cuda" else f"needs a {devices} device"
+    skip = pytest.mark.skip(reason=f"this backend is registered for {devices} only: {need}")
     for item in items:
-        if item.name != "test_registration":
+        if item.name != "test_registration" and item.module.__name__ != "test_devices":
             item.add_marker(skip)
 
 
@@ -41,4 +49,46 @@ def cluster(request, clusters):
         if cluster is not None:
             cluster.close()
         cluster = clusters[request.param] = Cluster(request.param)
+    return cluster
+
+
+#: World sizes every op is tested at on the fake accelerator.
+FAKE_WORLD_SIZES = [2, 3]
+
+
+@pytest.fixture(scope="session")
+def fake_library() -> str:
+    """The fake accelerator (tests/fake_accelerator), built once; its library, for the ranks to load.
+
+    Built by another process: this one keeps torch without an accelerator.
+    """
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", "import fake_accelerator; print(fake_accelerator.build())"],
+        cwd=os.path.dirname(os.path.abspath(__file__)), capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        pytest.fail(f"the fake accelerator did not build:\n{done.stdout}{done.stderr}")
+    return done.stdout.splitlines()[-1]
+
+
+@pytest.fixture(scope="session")
+def fake_clusters(fake_library):
+    """The clusters whose ranks have the fake accelerator, by world size."""
+    started: dict[int, Cluster] = {}
+    yield started
+    for cluster in started.values():
+        cluster.close()
+
+
+@pytest.fixture(params=FAKE_WORLD_SIZES, ids=lambda n: f"world{n}")
+def fake_cluster(request, fake_library, fake_clusters):
+    """A process group of ``request.param`` ranks, each with the fake accelerator, kept as ``cluster`` is."""
+    cluster = fake_clusters.get(request.param)
+    if cluster is None or cluster.broken:
+        if cluster is not None:
+            cluster.close()
+        cluster = fake_clusters[request.param] = Cluster(request.param, fake=fake_library)
     return cluster

@@ -90,7 +90,9 @@ def late_rank_after_failure(ctx: Ctx) -> None:
     keys_before = _store_keys()
     late = ctx.index == 0
     if late:
-        time.sleep(timeout + 1)
+        # After the others' errors: the timeout, then up to a second or two
+        # while they ask which collective each rank reached (the flight recorder).
+        time.sleep(timeout + 3)
     barrier = dist.barrier(group=group, async_op=True)
     summed = torch.full((4,), 10.0**ctx.index)
     works = [barrier, dist.all_reduce(summed, group=group, async_op=True)]
@@ -505,3 +507,112 @@ def profiled_and_timed(ctx: Ctx) -> None:
         with pytest.raises(RuntimeError, match=r"within (its|the op.s) 700 ms timeout"):
             probe(ctx).wait()
         assert time.monotonic() - start < 10
+
+
+# -- the flight recorder ----------------------------------------------------------
+
+
+def _group_entries(group: dist.ProcessGroup) -> list[dict]:
+    """This rank's flight recorder entries for ``group``, oldest first."""
+    import dummy_collectives
+
+    return [e for e in dummy_collectives.flight_record()["entries"] if e["process_group"][0] == group.group_name]
+
+
+def recorded_op(ctx: Ctx, n: int = 37) -> int:
+    """A completed PROBE is recorded with its number, sizes, dtypes, times and a real duration.
+
+    Returns its collective number, which the test compares across ranks.
+    """
+    if PROBE is None:
+        raise Skip("the backend has none of the ops the runtime cases use")
+    group = dist.new_group(ctx.ranks)
+    ctx.group = group
+    probe(ctx, n=n).wait()
+    start = time.monotonic()
+    probe(ctx, n=n).wait()
+    took_ms = (time.monotonic() - start) * 1000
+    first, entry = _group_entries(group)
+    assert (first["collective_seq_id"], entry["collective_seq_id"]) == (0, 1), (first, entry)
+    assert entry["op_id"] == 1 and entry["record_id"] > first["record_id"] and not entry["is_p2p"], entry
+    assert entry["profiling_name"] == f"{BACKEND}:" + {
+        "allreduce": "all_reduce", "allgather": "all_gather", "_allgather_base": "_all_gather_base",
+    }.get(PROBE, PROBE), entry
+    assert entry["state"] == "completed" and entry["retired"] and entry["error"] is None, entry
+    if PROBE != "barrier":
+        assert [n] in entry["input_sizes"], entry
+        assert set(entry["input_dtypes"]) == {"Float"} and set(entry["output_dtypes"]) == {"Float"}, entry
+        assert len(entry["output_sizes"]) == len(entry["output_dtypes"]) >= 1, entry
+    assert entry["time_created_ns"] <= entry["time_discovered_started_ns"] <= entry["time_discovered_completed_ns"]
+    assert 0 < entry["duration_ms"] <= took_ms, (entry["duration_ms"], took_ms)
+    assert entry["timeout_ms"] == int(dist.distributed_c10d._get_default_timeout(BACKEND).total_seconds() * 1000)
+    import dummy_collectives
+
+    config = dummy_collectives.flight_record()["pg_config"][group.group_name]
+    assert config["ranks"] == str(ctx.ranks), config
+    if group in getattr(dist.distributed_c10d._world, "pg_flight_recorder_hooks", {}):
+        # torch 2.15 on: c10d's own recorder, told of completions by the backend's hooks.
+        import pickle
+
+        theirs = pickle.loads(torch._C._distributed_c10d._dump_fr_trace(backend=BACKEND))["entries"]
+        theirs = [e for e in theirs if e["process_group"][0] == group.group_name]
+        assert len(theirs) == 2 and all(e["state"] == "completed" for e in theirs), theirs
+        assert all(0 < e["duration_ms"] <= took_ms for e in theirs[1:]), theirs
+    return entry["collective_seq_id"]
+
+
+def profiled_with_sizes(ctx: Ctx, n: int = 37) -> None:
+    """torch.profiler shows PROBE with its sizes, as it shows NCCL's collectives (record_param_comms)."""
+    if PROBE in (None, "barrier"):
+        raise Skip("needs a collective with tensors")
+    import json
+    import tempfile
+
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        probe(ctx, n=n).wait()
+    ours = [e for e in prof.events() if e.name.startswith(f"{BACKEND}:")]
+    assert ours and any([n] in e.input_shapes for e in ours), [(e.name, e.input_shapes) for e in ours]
+    with tempfile.TemporaryDirectory() as scratch:
+        trace = os.path.join(scratch, "trace.json")
+        prof.export_chrome_trace(trace)
+        with open(trace) as f:
+            events = json.load(f)["traceEvents"]
+    comms = [e["args"] for e in events if e.get("name") == "record_param_comms"]
+    assert any(args.get("In msg nelems") == n and args.get("dtype") == "Float" for args in comms), comms
+
+
+def skipped_collective(ctx: Ctx) -> str | None:
+    """The last rank never calls the third collective of a group; the others' errors name it.
+
+    Every rank waits until it wrote its flight recorder (the timeout dumps it
+    on every rank, the skipping one included), and returns its error's text.
+    """
+    if PROBE is None:
+        raise Skip("the backend has none of the ops the runtime cases use")
+    group = dist.new_group(ctx.ranks, timeout=timedelta(seconds=_timeout_s()))
+    ctx.group = group
+    for _ in range(2):
+        probe(ctx).wait()
+    last = ctx.world - 1
+    message = None
+    if ctx.index != last:
+        with pytest.raises(RuntimeError) as error:
+            probe(ctx).wait()
+        message = str(error.value)
+        assert f"Backend {BACKEND} (rank {ctx.index}): {PROBE} #2" in message, message
+        assert f"it is collective #2 of the group; rank {last} never entered it (its last collective was #1)" in message
+    dist.barrier(group=_sync_group())  # the last rank waits here for the others' errors
+    entries = _group_entries(group)
+    assert [e["collective_seq_id"] for e in entries] == ([0, 1] if ctx.index == last else [0, 1, 2]), entries
+    assert [e["state"] for e in entries[:2]] == ["completed", "completed"], entries
+    if ctx.index != last:
+        assert entries[2]["state"] == "timed out" and entries[2]["retired"], entries[2]
+        assert f"rank {last} never entered it" in entries[2]["error"], entries[2]
+    dump = os.environ["TORCH_FR_DUMP_TEMP_FILE"] + str(ctx.rank)
+    give_up = time.monotonic() + 30
+    while not os.path.exists(dump):
+        assert time.monotonic() < give_up, f"rank {ctx.rank} wrote no {dump}"
+        time.sleep(0.1)
+    return message

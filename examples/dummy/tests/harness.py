@@ -13,7 +13,9 @@ from __future__ import annotations
 import multiprocessing
 import multiprocessing.connection
 import os
+import shutil
 import socket
+import tempfile
 import traceback
 from datetime import timedelta
 
@@ -25,6 +27,9 @@ CASE_TIMEOUT = float(os.environ.get("DUMMY_TEST_CASE_TIMEOUT", "120"))
 GROUP_TIMEOUT = float(os.environ.get("DUMMY_TEST_GROUP_TIMEOUT", "60"))
 #: In a rank: the timeout of its process group, in seconds.
 RANK_GROUP_TIMEOUT = GROUP_TIMEOUT
+#: The name the fake accelerator (tests/fake_accelerator) takes in the ranks of a
+#: Cluster(fake=...): no device of this project's is out-of-tree.
+FAKE_DEVICE = "fake"
 
 
 class Skip(Exception):
@@ -59,14 +64,18 @@ class Cluster:
         start: str = "spawn",
         env=None,
         scratch: str | None = None,
+        fake: str | None = None,
     ):
+        """``fake``: the fake accelerator's library (fake_accelerator.build()), loaded in every rank."""
         self.world_size = world_size
         self.broken = False
+        # Where a rank whose collective timed out, and its peers, write their
+        # flight recorder (TORCH_FR_DUMP_TEMP_FILE; gone with the cluster).
+        self.dumps = tempfile.mkdtemp(prefix=f"{BACKEND}-flight-record-")
+        env = {"TORCH_FR_DUMP_TEMP_FILE": os.path.join(self.dumps, "trace_rank_"), **(env or {})}
         context = multiprocessing.get_context(start)
-        rendezvous = {"init": init, "port": free_port(), "timeout": group_timeout}
+        rendezvous = {"init": init, "port": free_port(), "timeout": group_timeout, "fake": fake}
         if init == "file":
-            import tempfile
-
             rendezvous["file"] = os.path.join(scratch or tempfile.mkdtemp(), "rendezvous")
         self.conns = []
         self.procs = []
@@ -106,6 +115,7 @@ class Cluster:
                     raise
 
     def close(self) -> None:
+        shutil.rmtree(self.dumps, ignore_errors=True)
         if self.broken:
             self.kill()
             return
@@ -122,6 +132,7 @@ class Cluster:
 
     def kill(self) -> None:
         self.broken = True
+        shutil.rmtree(self.dumps, ignore_errors=True)
         for proc in self.procs:
             proc.kill()
         for proc in self.procs:
@@ -176,6 +187,12 @@ def _init(rank: int, world_size: int, rendezvous: dict) -> None:
 
     if dummy_collectives.WITH_CUDA and torch.cuda.is_available():
         torch.cuda.set_device(rank % torch.cuda.device_count())
+    if rendezvous.get("fake"):
+        import fake_accelerator
+
+        fake_accelerator.load(rendezvous["fake"], FAKE_DEVICE)
+        if FAKE_DEVICE not in dummy_collectives.DEVICES:
+            dummy_collectives.register([*dummy_collectives.DEVICES, FAKE_DEVICE])
 
     timeout = timedelta(seconds=rendezvous["timeout"])
     how = rendezvous["init"]

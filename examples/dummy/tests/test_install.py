@@ -1,7 +1,8 @@
 """What installing the package gives: the backend without importing it, and a clear error under another torch.
 
-``import torch`` registers the backend through the ``torch.backends`` entry
-point (PyTorch's device-backend autoload); the wheel requires the torch release
+A group that names the backend finds it through the ``torch.distributed.backends``
+entry point (torch 2.14+), and ``import torch`` registers it through the
+``torch.backends`` one (PyTorch's device-backend autoload); the wheel requires the torch release
 it was built against, and importing it under another one fails in one line.
 """
 
@@ -54,6 +55,23 @@ def test_import_torch_registers_the_backend_and_loads_nothing():
     registered_off, _, threads_off = off.stdout.split()
     assert registered_off == "False", off.stdout
     assert threads == threads_off, f"import torch runs {threads} threads with autoload, {threads_off} without"
+
+
+@installed
+def test_a_group_finds_the_backend_by_name_alone():
+    """torch 2.14+ loads the ``torch.distributed.backends`` entry point when a group names the
+    backend, autoload off; torch 2.13 has only autoload. A lone process is a world of one."""
+    lazy = tuple(map(int, release(torch.__version__).split("."))) >= (2, 14)
+    code = """
+import sys, torch, torch.distributed as dist
+assert "dummy" not in dist.Backend.backend_list or not LAZY
+dist.init_process_group("dummy", store=dist.HashStore(), rank=0, world_size=1)
+assert dist.get_backend() == "dummy" and "dummy_collectives" in sys.modules
+dist.destroy_process_group()
+print("ok")
+""".replace("LAZY", str(lazy))
+    result = python(code, TORCH_DEVICE_BACKEND_AUTOLOAD="0" if lazy else "1")
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stdout + result.stderr
 
 
 @installed

@@ -5,7 +5,9 @@
 
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
+#include <ATen/record_function.h>
 #include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/ParamCommsUtils.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <pthread.h>
@@ -213,6 +215,28 @@ void warnIfThrows(const char* what, F&& f) {
   } catch (const std::exception& e) {
     TORCH_WARN("Backend {{ p.name }}: ", what, " failed: ", e.what());
   }
+}
+
+// The tensors torch.profiler shows as an op's inputs (with record_shapes):
+// those it reads, else those it writes. None while nothing is profiled.
+std::optional<std::vector<at::Tensor>> profiledTensors(const c10::IValue& inputs, const c10::IValue& outputs) {
+  if (!at::hasCallbacks()) {
+    return std::nullopt;
+  }
+  std::vector<at::Tensor> tensors;
+  collectTensors(inputs, tensors);
+  if (tensors.empty()) {
+    collectTensors(outputs, tensors);
+  }
+  return tensors;
+}
+
+int64_t elements(const std::vector<at::Tensor>& tensors) {
+  int64_t total = 0;
+  for (const at::Tensor& tensor : tensors) {
+    total += tensor.numel();
+  }
+  return total;
 }
 
 } // namespace
@@ -499,7 +523,7 @@ bool WorkQueue::State::poll(std::vector<c10::intrusive_ptr<{{ p.work_class }}>>&
     c10::IValue inputs,
     Body body,
     std::shared_ptr<DeviceOp> device)
-    : c10d::Work(group->rank, type, profilingTitle),
+    : c10d::Work(group->rank, type, profilingTitle, profiledTensors(inputs, outputs)),
       group_(std::move(group)),
       health_(std::move(health)),
       library_(std::move(library)),
@@ -510,7 +534,10 @@ bool WorkQueue::State::poll(std::vector<c10::intrusive_ptr<{{ p.work_class }}>>&
       outputs_(std::move(outputs)),
       inputs_(std::move(inputs)),
       device_(std::move(device)),
-      body_(std::move(body)) {}
+      body_(std::move(body)) {
+  static std::atomic<uint64_t> completionKeys{0};
+  completionKey_ = completionKeys.fetch_add(1, std::memory_order_relaxed) + 1;
+}
 
 bool {{ p.work_class }}::isCollective() const {
   return !c10d::isP2POp(opType_);
@@ -556,6 +583,8 @@ void {{ p.work_class }}::run() {
   }
   if (!error) {
     started_ = Clock::now();
+    bodyStarted_.store(true, std::memory_order_release);
+    recordStarted(record_);
     try {
       const c10::OptionalStreamGuard onStream(stream());
       if (device_) {
@@ -640,6 +669,12 @@ void {{ p.work_class }}::release() {
 
 void {{ p.work_class }}::finish(std::exception_ptr error) {
   const auto self = c10::intrusive_ptr<{{ p.work_class }}>::reclaim_copy(this);  // unwatch() may drop another
+  if (error) {
+    error = explained(error);
+    if (!error) {
+      return;  // the Runtime asks the other ranks about the failure, then finishes the op
+    }
+  }
   c10::intrusive_ptr<c10::ivalue::Future> future;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -658,10 +693,7 @@ void {{ p.work_class }}::finish(std::exception_ptr error) {
     if (error) {
       cancelled_.store(true);
       if (isCollective()) {
-        // The ranks no longer agree on which collective comes next.
-        std::string what = errorMessage(error);
-        const std::string prefix = "Backend " + group_->backend + " (rank " + std::to_string(group_->rank) + "): ";
-        health_->fail(what.rfind(prefix, 0) == 0 ? what.substr(prefix.size()) : what);
+        failGroup(error);  // the ranks no longer agree on which collective comes next
       }
     } else if (device_) {
       device_->done.record(device_->stream);
@@ -674,6 +706,18 @@ void {{ p.work_class }}::finish(std::exception_ptr error) {
   if (isCollective()) {
     queue_->unfinishedCollectives.fetch_sub(1);
   }
+  const bool ran = bodyStarted_.load(std::memory_order_acquire);
+  if (!error) {
+    const std::optional<float> took = ran ? std::optional(milliseconds()) : std::nullopt;
+    durationMs_ = took.value_or(0);
+    recordFinished(record_, "completed", took, "");
+    monitor_->completed(completionKey_, took);
+  } else if (record_ >= 0) {
+    recordFinished(record_, Clock::now() > deadline_ ? "timed out" : "failed", std::nullopt, errorMessage(error));
+  }
+  if (explaining_.load()) {
+    monitor_->dumpSoon();  // with this op's failure in it
+  }
   Runtime::get().unwatch(*this);
   if (!future) {
     publish();
@@ -685,6 +729,44 @@ void {{ p.work_class }}::finish(std::exception_ptr error) {
     self->settle(future);
     self->publish();
   });
+}
+
+std::exception_ptr {{ p.work_class }}::explained(std::exception_ptr error) {
+  if (explained_.load() || !isCollective() || !bodyStarted_.load(std::memory_order_acquire) || group_->aborted.load() ||
+      group_->size < 2 || Clock::now() <= deadline_) {
+    return error;  // not a timeout of a collective this rank entered
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (completed_) {
+      return error;  // finish() ignores it
+    }
+  }
+  if (explaining_.exchange(true)) {
+    return nullptr;
+  }
+  // The group fails now, as finish() would make it, so that the ops behind
+  // this one are refused at once; the others' answers take up to a few
+  // seconds, on a thread of the Runtime, which then finishes the op.
+  failGroup(error);
+  library_->abort();
+  const std::string what = errorMessage(error);
+  Runtime::get().post([self = c10::intrusive_ptr<{{ p.work_class }}>::reclaim_copy(this), what] {
+    const std::string said = self->monitor_->explain(self->collective_);
+    self->explained_.store(true);
+    self->finish(backendError(said.empty() ? what : what + "; " + said));
+  });
+  return nullptr;
+}
+
+void {{ p.work_class }}::failGroup(const std::exception_ptr& error) const {
+  const std::string what = errorMessage(error);
+  const std::string prefix = "Backend " + group_->backend + " (rank " + std::to_string(group_->rank) + "): ";
+  health_->fail(what.rfind(prefix, 0) == 0 ? what.substr(prefix.size()) : what);
+}
+
+float {{ p.work_class }}::milliseconds() const {
+  return std::chrono::duration<float, std::milli>(Clock::now() - started_).count();
 }
 
 void {{ p.work_class }}::publish() {
@@ -798,11 +880,12 @@ std::weak_ptr<Library> world;
     std::shared_ptr<Library> library,
     {{ p.package }}::Options options,
     std::chrono::milliseconds timeout)
-    : c10d::Backend(group->rank, group->size),
+    : WithSplitting(group->rank, group->size),
       group_(std::move(group)),
       library_(std::move(library)),
       options_(std::move(options)),
-      timeoutMs_(timeout.count()) {}
+      timeoutMs_(timeout.count()),
+      monitor_(GroupMonitor::watched(group_, library_->store())) {}
 
 {{ p.backend_class }}::~{{ p.backend_class }}() {
   shutdown();
@@ -877,6 +960,7 @@ void {{ p.backend_class }}::shutdown() {
   queue_.stop(kStopGrace);
   receives_.stop(kStopGrace);
   library_->close();  // finalized now, or when the last op in flight lets go
+  monitor_->close();
 }
 
 void {{ p.backend_class }}::abort() {
@@ -889,6 +973,21 @@ uint64_t {{ p.backend_class }}::getSequenceNumberForGroup() {
   std::lock_guard<std::mutex> lock(issueMutex_);
   return collectives_;
 }
+#if {{ p.macro }}_TORCH_2_15
+
+void {{ p.backend_class }}::registerCompletionHook(int64_t hookId, c10d::CompletionHook hook) {
+  monitor_->addCompletionHook(hookId, [hook = std::move(hook)](uint64_t key, std::optional<float> durationMs) {
+    c10d::CompletionHookArgs args;
+    args.completionKey = key;
+    args.duration_ms = durationMs;
+    hook(args);
+  });
+}
+
+void {{ p.backend_class }}::unregisterCompletionHook(int64_t hookId) {
+  monitor_->removeCompletionHook(hookId);
+}
+#endif
 
 c10::intrusive_ptr<c10d::Work> {{ p.backend_class }}::enqueue(
     Runs where,
@@ -897,7 +996,70 @@ c10::intrusive_ptr<c10d::Work> {{ p.backend_class }}::enqueue(
     std::chrono::milliseconds timeout,
     c10::IValue outputs,
     const c10::IValue& inputs,
-    {{ p.work_class }}::Body body) {
+    {{ p.work_class }}::Body body,
+    int peer) {
+  if (!at::hasCallbacks()) {
+    return issue(where, type, op, timeout, std::move(outputs), inputs, std::move(body), peer);
+  }
+  // torch.profiler records the call with its sizes, as it records NCCL's.
+  std::vector<at::Tensor> read;
+  std::vector<at::Tensor> written;
+  collectTensors(inputs, read);
+  collectTensors(outputs, written);
+  const std::vector<at::Tensor>& anyTensors = read.empty() ? written : read;
+  const auto& ranks = group_->globalRanks;
+  int stride = ranks.size() > 1 ? static_cast<int>(ranks[1] - ranks[0]) : 1;
+  for (size_t i = 1; i < ranks.size(); ++i) {
+    if (ranks[i] - ranks[i - 1] != stride) {
+      stride = -1;  // not evenly strided
+    }
+  }
+  const bool p2p = c10d::isP2POp(type);
+  int64_t number = 0;
+  {
+    std::lock_guard<std::mutex> lock(issueMutex_);
+    number = static_cast<int64_t>(p2p ? ops_ - collectives_ : collectives_);
+  }
+  RECORD_PARAM_COMMS_DATA(
+      std::make_tuple(number, p2p),
+      std::make_tuple(getGroupUid().empty() ? group_->id : getGroupUid(), getGroupDesc()),
+      read.empty() ? written : read,
+      written,
+      group_->rank,
+      recordedName(op),
+      elements(read.empty() ? written : read),
+      elements(written),
+      anyTensors.empty() ? at::kByte : anyTensors.front().scalar_type(),
+      std::vector<int64_t>(),
+      std::vector<int64_t>(),
+      static_cast<int>(ranks.front()),
+      stride,
+      group_->size);
+  return issue(where, type, op, timeout, std::move(outputs), inputs, std::move(body), peer);
+}
+
+const std::shared_ptr<const RecordedGroup>& {{ p.backend_class }}::recordedGroup() {
+  if (!recorded_) {
+    auto recorded = std::make_shared<RecordedGroup>();
+    static std::atomic<uint64_t> uids{0};
+    recorded->uid = uids.fetch_add(1);
+    recorded->name = getGroupUid().empty() ? group_->id : getGroupUid();
+    recorded->desc = getGroupDesc().empty() ? "undefined" : getGroupDesc();
+    recorded->ranks = group_->globalRanks;
+    recorded_ = std::move(recorded);
+  }
+  return recorded_;
+}
+
+c10::intrusive_ptr<c10d::Work> {{ p.backend_class }}::issue(
+    Runs where,
+    c10d::OpType type,
+    const char* op,
+    std::chrono::milliseconds timeout,
+    c10::IValue outputs,
+    const c10::IValue& inputs,
+    {{ p.work_class }}::Body body,
+    int peer) {
   if (timeout == c10d::kUnsetTimeout) {
     timeout = std::chrono::milliseconds(timeoutMs_.load());
   }
@@ -917,7 +1079,13 @@ c10::intrusive_ptr<c10d::Work> {{ p.backend_class }}::enqueue(
     if (work->isCollective()) {
       work->collective_ = collectives_++;
       queue.state()->unfinishedCollectives.fetch_add(1);
+      monitor_->entered(collectives_);
     }
+    work->monitor_ = monitor_;
+    const bool p2p = !work->isCollective();
+    work->record_ = recordOp(OpRecord{
+        recordedGroup(), op, group_->rank, peer, p2p, p2p ? collectives_ : work->collective_,
+        work->seq_ - (p2p ? collectives_ : work->collective_), work->seq_, timeout, inputs, work->outputs_});
     watch(work);
     if (here) {
       work->run();  // in flight, it reaches the queue before any later op can
@@ -970,10 +1138,11 @@ c10::intrusive_ptr<c10d::Work> {{ p.backend_class }}::{{ op.name }}(
 {{ head }}
       {{ tensors }}
 {%- endif %}
+{%- set peer = "dstRank" if "int dstRank" in op.params else "srcRank" if "int srcRank" in op.params else "" %}
 {%- if op.returns == "int" %}
-      [=](const OpContext& ctx, {{ p.work_class }}& work) mutable { work.sourceRank_ = ops::{{ op.name }}(ctx{{ ", " ~ op.args if op.args }}); });
+      [=](const OpContext& ctx, {{ p.work_class }}& work) mutable { work.sourceRank_ = ops::{{ op.name }}(ctx{{ ", " ~ op.args if op.args }}); }{{ ", " ~ peer if peer }});
 {%- else %}
-      [=](const OpContext& ctx, {{ p.work_class }}&) mutable { ops::{{ op.name }}(ctx{{ ", " ~ op.args if op.args }}); });
+      [=](const OpContext& ctx, {{ p.work_class }}&) mutable { ops::{{ op.name }}(ctx{{ ", " ~ op.args if op.args }}); }{{ ", " ~ peer if peer }});
 {%- endif %}
 }
 {%- if op.since %}

@@ -25,11 +25,13 @@ class Check {
   }
 
   // A usable tensor: defined, dense, on a device this build supports, of a
-  // dtype the backend supports.
+  // dtype the backend supports. A PrivateUse1 device (an out-of-tree
+  // accelerator, or the tests' fake one) is served once the package is
+  // registered for it ({{ p.package }}.register).
   void tensor(const at::Tensor& t, const char* what) const {
     require(t.defined(), what, " is an undefined tensor");
     require(t.layout() == c10::kStrided, what, " must be a dense tensor, got layout ", t.layout());
-    require({% for d in p.devices %}t.is_{{ d }}(){{ " || " if not loop.last }}{% endfor %}, what, " is on ", t.device(), "; this backend is registered for {{ p.devices | join(' and ') }} tensors");
+    require({% for d in p.torch_devices %}t.is_{{ d }}() || {% endfor %}t.is_privateuseone(), what, " is on ", t.device(), "; this backend is registered for {{ p.devices | join(' and ') }} tensors");
 {%- if "cuda" in p.devices %}
 #ifndef WITH_CUDA
     require(!t.is_cuda(), what, " is a CUDA tensor, but this build of {{ p.package }} has no CUDA support " "(rebuild it against a CUDA build of torch, or with FORCE_CUDA=1)");

@@ -41,11 +41,14 @@ import os
 import secrets
 import signal
 {%- endif %}
+import shutil
 import socket
 {%- if p.impl == "mpi" %}
 import subprocess
 import sys
+{%- endif %}
 import tempfile
+{%- if p.impl == "mpi" %}
 import threading
 import time
 {%- endif %}
@@ -64,6 +67,9 @@ CASE_TIMEOUT = float(os.environ.get("{{ p.macro }}_TEST_CASE_TIMEOUT", "120"))
 GROUP_TIMEOUT = float(os.environ.get("{{ p.macro }}_TEST_GROUP_TIMEOUT", "60"))
 #: In a rank: the timeout of its process group, in seconds.
 RANK_GROUP_TIMEOUT = GROUP_TIMEOUT
+#: The name the fake accelerator (tests/fake_accelerator) takes in the ranks of a
+#: Cluster(fake=...): {{ "this project's out-of-tree device" if p.private_device else "no device of this project's is out-of-tree" }}.
+FAKE_DEVICE = "{{ p.private_device or "fake" }}"
 
 
 class Skip(Exception):
@@ -105,16 +111,20 @@ class Cluster:
         start: str = "{{ "mpirun" if p.impl == "mpi" else "spawn" }}",
         env=None,
         scratch: str | None = None,
+        fake: str | None = None,
     ):
+        """``fake``: the fake accelerator's library (fake_accelerator.build()), loaded in every rank."""
         self.world_size = world_size
         self.broken = False
+        # Where a rank whose collective timed out, and its peers, write their
+        # flight recorder (TORCH_FR_DUMP_TEMP_FILE; gone with the cluster).
+        self.dumps = tempfile.mkdtemp(prefix=f"{BACKEND}-flight-record-")
+        env = {"TORCH_FR_DUMP_TEMP_FILE": os.path.join(self.dumps, "trace_rank_"), **(env or {})}
 {%- if p.impl != "mpi" %}
         context = multiprocessing.get_context(start)
 {%- endif %}
-        rendezvous = {"init": init, "port": free_port(), "timeout": group_timeout}
+        rendezvous = {"init": init, "port": free_port(), "timeout": group_timeout, "fake": fake}
         if init == "file":
-            import tempfile
-
             rendezvous["file"] = os.path.join(scratch or tempfile.mkdtemp(), "rendezvous")
         self.conns = []
         self.procs = []
@@ -162,6 +172,7 @@ class Cluster:
                     raise
 
     def close(self) -> None:
+        shutil.rmtree(self.dumps, ignore_errors=True)
         if self.broken:
             self.kill()
             return
@@ -186,6 +197,7 @@ class Cluster:
 
     def kill(self) -> None:
         self.broken = True
+        shutil.rmtree(self.dumps, ignore_errors=True)
 {%- if p.impl == "mpi" %}
         if self.mpirun is not None:
             for pid in self.pids:
@@ -349,6 +361,12 @@ def _init(rank: int, world_size: int, rendezvous: dict) -> None:
 
     if {{ p.package }}.WITH_CUDA and torch.cuda.is_available():
         torch.cuda.set_device(rank % torch.cuda.device_count())
+    if rendezvous.get("fake"):
+        import fake_accelerator
+
+        fake_accelerator.load(rendezvous["fake"], FAKE_DEVICE)
+        if FAKE_DEVICE not in {{ p.package }}.DEVICES:
+            {{ p.package }}.register([*{{ p.package }}.DEVICES, FAKE_DEVICE])
 
     timeout = timedelta(seconds=rendezvous["timeout"])
     how = rendezvous["init"]

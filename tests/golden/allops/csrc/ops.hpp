@@ -71,9 +71,13 @@ bool supportsReduction(Reduction op, c10::ScalarType dtype);
 //
 // Arguments. They are checked before the body runs: ranks are the group's and
 // in range; tensor counts, dtypes, devices and sizes are what the op needs on
-// this rank. Tensors may be non-contiguous views, of any shape: use
-// .contiguous() or a copy where your library needs flat memory, and write
-// results back into the tensors given.
+// this rank. Contiguity is not checked: any tensor, input or output, may be a
+// non-contiguous view of any shape (a column, a transpose, every other
+// element), whose data_ptr() is not followed by numel() packed elements.
+// Where your library reads flat memory, pass tensor.contiguous() (the tensor
+// itself when it already is, else a packed copy); where it writes flat memory
+// into a tensor that is not contiguous, write a contiguous copy and copy_()
+// it back into the tensor given, which is all the caller sees.
 //
 // Blocking. A body may wait for peers, but must give up, by throwing, once
 // ctx.expired() (its deadline passed, it was aborted, or the group was
@@ -139,6 +143,8 @@ void finalize(Communicator& comm);
 // return soon: bodies and done functions already running go on until they
 // see ctx.expired(), and finalize comes after the last of them.
 void abort(Communicator& comm);
+
+// The ops. Every tensor they receive may be non-contiguous (see Arguments).
 
 // Copies the root's tensor into the tensor of every rank.
 void broadcast(const OpContext& ctx, at::Tensor& tensor, int root);

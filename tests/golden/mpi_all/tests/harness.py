@@ -25,6 +25,7 @@ import multiprocessing.connection
 import os
 import secrets
 import signal
+import shutil
 import socket
 import subprocess
 import sys
@@ -44,6 +45,9 @@ CASE_TIMEOUT = float(os.environ.get("MPI_ALL_TEST_CASE_TIMEOUT", "120"))
 GROUP_TIMEOUT = float(os.environ.get("MPI_ALL_TEST_GROUP_TIMEOUT", "60"))
 #: In a rank: the timeout of its process group, in seconds.
 RANK_GROUP_TIMEOUT = GROUP_TIMEOUT
+#: The name the fake accelerator (tests/fake_accelerator) takes in the ranks of a
+#: Cluster(fake=...): no device of this project's is out-of-tree.
+FAKE_DEVICE = "fake"
 
 
 class Skip(Exception):
@@ -79,13 +83,17 @@ class Cluster:
         start: str = "mpirun",
         env=None,
         scratch: str | None = None,
+        fake: str | None = None,
     ):
+        """``fake``: the fake accelerator's library (fake_accelerator.build()), loaded in every rank."""
         self.world_size = world_size
         self.broken = False
-        rendezvous = {"init": init, "port": free_port(), "timeout": group_timeout}
+        # Where a rank whose collective timed out, and its peers, write their
+        # flight recorder (TORCH_FR_DUMP_TEMP_FILE; gone with the cluster).
+        self.dumps = tempfile.mkdtemp(prefix=f"{BACKEND}-flight-record-")
+        env = {"TORCH_FR_DUMP_TEMP_FILE": os.path.join(self.dumps, "trace_rank_"), **(env or {})}
+        rendezvous = {"init": init, "port": free_port(), "timeout": group_timeout, "fake": fake}
         if init == "file":
-            import tempfile
-
             rendezvous["file"] = os.path.join(scratch or tempfile.mkdtemp(), "rendezvous")
         self.conns = []
         self.procs = []
@@ -131,6 +139,7 @@ class Cluster:
                     raise
 
     def close(self) -> None:
+        shutil.rmtree(self.dumps, ignore_errors=True)
         if self.broken:
             self.kill()
             return
@@ -153,6 +162,7 @@ class Cluster:
 
     def kill(self) -> None:
         self.broken = True
+        shutil.rmtree(self.dumps, ignore_errors=True)
         if self.mpirun is not None:
             for pid in self.pids:
                 try:
@@ -304,6 +314,12 @@ def _init(rank: int, world_size: int, rendezvous: dict) -> None:
 
     if mpi_all_collectives.WITH_CUDA and torch.cuda.is_available():
         torch.cuda.set_device(rank % torch.cuda.device_count())
+    if rendezvous.get("fake"):
+        import fake_accelerator
+
+        fake_accelerator.load(rendezvous["fake"], FAKE_DEVICE)
+        if FAKE_DEVICE not in mpi_all_collectives.DEVICES:
+            mpi_all_collectives.register([*mpi_all_collectives.DEVICES, FAKE_DEVICE])
 
     timeout = timedelta(seconds=rendezvous["timeout"])
     how = rendezvous["init"]

@@ -33,6 +33,8 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "ops.hpp"
@@ -45,6 +47,14 @@
 #define SINGLE_TORCH_2_14 1
 #else
 #define SINGLE_TORCH_2_14 0
+#endif
+// torch 2.15 added completion hooks (c10d::Backend::registerCompletionHook),
+// through which c10d's own flight recorder learns when an op completed. It
+// defines no C10D_BACKEND_HAS_* macro for them.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 15)
+#define SINGLE_TORCH_2_15 1
+#else
+#define SINGLE_TORCH_2_15 0
 #endif
 
 namespace single_collectives {
@@ -102,6 +112,10 @@ class Library {
   Communicator& comm() const {
     return *comm_;
   }
+  // The group's store, as ops::init saw it.
+  const std::shared_ptr<Bootstrap>& store() const {
+    return store_;
+  }
   // Takes the library for an op; false once it is closed.
   bool take();
   // Lets go of it; the last to let go of a closed library finalizes it.
@@ -133,6 +147,107 @@ class Library {
 // ops.hpp, then the SINGLE_<FIELD> environment variables. Throws, naming the
 // variable, when one does not parse as its field's type.
 Options optionsFromEnvironment();
+
+// ---------------------------------------------------------------------------
+// The flight recorder (recorder.cpp): what a hang needs explained, on every torch.
+//
+// Every op is recorded from the moment it is issued, in a ring holding the
+// last TORCH_FR_BUFFER_SIZE ops of the process (2000 by default; 0 turns it
+// off), in the format of c10d's FlightRecorder, so that torch's analyser
+// (torchfrtrace) reads its dumps: the group, the collective's number (the
+// same on every rank), sizes, dtypes, state (scheduled, started, completed,
+// failed, timed out) and times. When a collective fails past its deadline,
+// its rank asks the others through the group's store which collective each
+// reached, names in its error those that never entered it, and every rank of
+// the group writes its record to TORCH_FR_DUMP_TEMP_FILE<global rank>
+// (/tmp/nccl_trace_rank_<global rank> by default) unless TORCH_FR_DUMP_ON_TIMEOUT=0.
+
+// A group as the record names it: c10d's pg_id, group name and description,
+// and the global rank of each of its ranks.
+struct RecordedGroup {
+  uint64_t uid = 0;
+  std::string name;
+  std::string desc;
+  std::vector<int64_t> ranks;
+};
+
+// One op as it is recorded when issued.
+struct OpRecord {
+  const std::shared_ptr<const RecordedGroup>& group;
+  const char* method;  // the c10d method's name, e.g. "allreduce"
+  int rank;          // this rank in the group
+  int peer;          // send and recv: the peer's group rank, -1 for any source
+  bool p2p;
+  // Numbered from 0 in the group, as in messages ("allreduce #4"):
+  uint64_t collective;  // the collective's number; for a p2p op, the collectives before it
+  uint64_t p2pNumber;   // the p2p op's number; for a collective, the p2p ops before it
+  uint64_t op;          // the op's number
+  std::chrono::milliseconds timeout;
+  const c10::IValue& inputs;  // the tensors read; none: the op reads its outputs
+  const c10::IValue& outputs;
+};
+
+// The name c10d's recorder and its analyser give the c10d method `op`.
+const char* recordedName(const char* op);
+// Records an op issued now; returns its record id, or -1 while the recorder is off.
+int64_t recordOp(const OpRecord& op);
+// The recorded op's body started.
+void recordStarted(int64_t id);
+// The recorded op finished: `state` is "completed", "failed" or "timed out";
+// `error` says why it failed.
+void recordFinished(int64_t id, const char* state, std::optional<float> durationMs, const std::string& error);
+// This process's record, pickled as c10d's FlightRecorder dumps it.
+std::string pickledRecord();
+// Writes the record to TORCH_FR_DUMP_TEMP_FILE<globalRank>; returns the path.
+std::string dumpRecord(int64_t globalRank);
+
+// What the flight recorder, the hang watcher and c10d's completion hooks know
+// of one group; shared by the backend and its ops.
+class GroupMonitor : public std::enable_shared_from_this<GroupMonitor> {
+ public:
+  GroupMonitor(std::shared_ptr<Group> group, std::shared_ptr<Bootstrap> store);
+  // A monitor watched once a second for a timeout of a peer (poll()).
+  static std::shared_ptr<GroupMonitor> watched(std::shared_ptr<Group> group, std::shared_ptr<Bootstrap> store);
+
+  // This rank entered (issued) `count` collectives of the group so far.
+  void entered(uint64_t count) {
+    entered_.store(count, std::memory_order_relaxed);
+  }
+  // For the collective `number`, failed here past its deadline: asks the
+  // other ranks which collective each reached, and returns what they said,
+  // e.g. "rank 2 never entered it (its last collective was #3)"; within a
+  // few seconds, whatever the others do. Every rank of the group dumps its record.
+  std::string explain(uint64_t number);
+  // Dumps the record on another thread, where dumps on timeout are on.
+  void dumpSoon() const;
+  // From the watcher: when a peer asked (explain()), answers, and dumps.
+  void poll();
+  // At the group's destruction: takes its keys out of the store.
+  void close();
+
+  // c10d's completion hooks (torch 2.15): called with the op's completion key
+  // and duration when an op completed successfully.
+  using CompletionHook = std::function<void(uint64_t key, std::optional<float> durationMs)>;
+  void addCompletionHook(int64_t id, CompletionHook hook);
+  void removeCompletionHook(int64_t id);
+  void completed(uint64_t key, std::optional<float> durationMs);
+
+ private:
+  void answer();
+
+  const std::shared_ptr<Group> group_;
+  // A connection to the group's store of its own: another thread may block
+  // the group's own for long (a wait for keys holds a TCPStore's connection).
+  const c10::intrusive_ptr<c10d::Store> store_;
+  std::atomic<uint64_t> entered_{0};    // the collectives this rank entered
+  std::atomic<bool> answered_{false};   // its answer is in the store
+  std::atomic<bool> asked_{false};      // this rank asked the others
+  std::atomic<int> explaining_{0};      // explain() calls under way (its own dump follows)
+  std::atomic<bool> closed_{false};
+  std::atomic<bool> hasHooks_{false};
+  std::mutex hooksMutex_;
+  std::vector<std::pair<int64_t, CompletionHook>> hooks_;
+};
 
 
 // A group: `globalRanks` empty for the default group (its ranks are global).
@@ -248,9 +363,20 @@ class WorkSingle : public c10d::Work {
   uint64_t getSequencenumber() const override {
     return seq_;
   }
+  // How long a completed op took, in ms, from the start of its body.
+  float getDuration() const override {
+    TORCH_CHECK(isSuccess(), describe(), ": getDuration() is only known once the op completed successfully");
+    return durationMs_;
+  }
 #if SINGLE_TORCH_2_14
   std::chrono::milliseconds getTimeout() const override {
     return timeout_;
+  }
+#endif
+#if SINGLE_TORCH_2_15
+  // What c10d's completion hooks call the op: never reused in the process.
+  uint64_t getCompletionKey() const override {
+    return completionKey_;
   }
 #endif
 
@@ -305,6 +431,14 @@ class WorkSingle : public c10d::Work {
   }
   // Waits until done or `until`; returns done().
   bool await(Clock::time_point until);
+  // `error`; or, for a collective whose body ran here and that failed past
+  // its deadline, null: the group fails at once, and the Runtime finishes
+  // the op with `error` and what the other ranks say of it (GroupMonitor::explain).
+  std::exception_ptr explained(std::exception_ptr error);
+  // Leaves the group unusable since the op failed with `error`.
+  void failGroup(const std::exception_ptr& error) const;
+  // How long the op took since its body started, in ms.
+  float milliseconds() const;
 
   const std::shared_ptr<Group> group_;
   const std::shared_ptr<Health> health_;
@@ -328,6 +462,13 @@ class WorkSingle : public c10d::Work {
   std::atomic<bool> polling_{false};
   std::atomic<int> waiters_{0};
   std::atomic<bool> done_{false};
+  std::shared_ptr<GroupMonitor> monitor_;  // set when issued
+  int64_t record_ = -1;                    // its id in the flight recorder (-1: not recorded)
+  uint64_t completionKey_ = 0;
+  float durationMs_ = 0;  // written before done_ is set
+  std::atomic<bool> bodyStarted_{false};
+  std::atomic<bool> explaining_{false};  // explained() took the op's failure
+  std::atomic<bool> explained_{false};   // ... and the other ranks answered
   std::exception_ptr error_;  // written before done_ is set
   c10::intrusive_ptr<c10::ivalue::Future> future_;  // made by the first getFuture()
 };
@@ -336,7 +477,26 @@ class WorkSingle : public c10d::Work {
 // by then: every op is watched from the moment it is issued.
 void watch(const c10::intrusive_ptr<WorkSingle>& work);
 
-class BackendSingle : public c10d::Backend {
+// c10d::Backend, saying it supports split_group where this torch asks through
+// supportsSplitting(). Which torch asks is detected by the compiler, not by
+// version: PyTorch's main branch folds the supportsX() virtuals into one
+// capabilities() set, and an override of a virtual that is gone would not compile.
+template <typename Base, typename = void>
+class WithSplitting : public Base {
+ public:
+  using Base::Base;
+};
+template <typename Base>
+class WithSplitting<Base, std::void_t<decltype(std::declval<const Base&>().supportsSplitting())>>
+    : public Base {
+ public:
+  using Base::Base;
+  bool supportsSplitting() const override {
+    return true;
+  }
+};
+
+class BackendSingle : public WithSplitting<c10d::Backend> {
  public:
   BackendSingle(
       std::shared_ptr<Group> group,
@@ -374,9 +534,6 @@ class BackendSingle : public c10d::Backend {
   // split_group: the child's communicator comes from ops::split, else
   // ops::init. c10d asks once per device type this backend serves, with the
   // same store and group name: the child made for the first is returned again.
-  bool supportsSplitting() const override {
-    return true;
-  }
   c10::intrusive_ptr<c10d::Backend> split(
       const c10::intrusive_ptr<c10d::Store>& store,
       const std::vector<int>& ranks,
@@ -387,6 +544,17 @@ class BackendSingle : public c10d::Backend {
   // rank (ProcessGroupWrapper checks it under TORCH_DISTRIBUTED_DEBUG=DETAIL).
   void setSequenceNumberForGroup() override {}  // every rank's count starts at 0
   uint64_t getSequenceNumberForGroup() override;
+#if SINGLE_TORCH_2_15
+
+  // c10d's flight recorder (FlightRecorderHook, attached to every group of a
+  // backend that does not record itself) learns here when each op completed
+  // and how long it took; failed ops report nothing, as c10d asks.
+  bool supportsCompletionHooks() const override {
+    return true;
+  }
+  void registerCompletionHook(int64_t hookId, c10d::CompletionHook hook) override;
+  void unregisterCompletionHook(int64_t hookId) override;
+#endif
 
   // The collectives of this backend. torch.distributed raises
   // "Backend single does not support <op>" for every other one.
@@ -398,8 +566,10 @@ class BackendSingle : public c10d::Backend {
   // Where an op runs: its queue, or the caller's thread (sends).
   enum class Runs { kOnQueue, kOnReceives, kHere };
 
-  // Numbers the op, then runs or queues it, and returns its Work. `op` is
-  // the c10d method's name; `inputs` holds the tensors the op only reads.
+  // Numbers the op, records it, then runs or queues it, and returns its
+  // Work. `op` is the c10d method's name; `inputs` holds the tensors the op
+  // only reads; `peer` is a send's or recv's peer. Under torch.profiler, the
+  // call is recorded as c10d's RECORD_PARAM_COMMS records NCCL's.
   c10::intrusive_ptr<c10d::Work> enqueue(
       Runs where,
       c10d::OpType type,
@@ -407,7 +577,20 @@ class BackendSingle : public c10d::Backend {
       std::chrono::milliseconds timeout,
       c10::IValue outputs,
       const c10::IValue& inputs,
-      WorkSingle::Body body);
+      WorkSingle::Body body,
+      int peer = -1);
+  c10::intrusive_ptr<c10d::Work> issue(
+      Runs where,
+      c10d::OpType type,
+      const char* op,
+      std::chrono::milliseconds timeout,
+      c10::IValue outputs,
+      const c10::IValue& inputs,
+      WorkSingle::Body body,
+      int peer);
+  // The group as the flight recorder names it (made by the first op, once
+  // c10d gave the group its name and description). Under issueMutex_.
+  const std::shared_ptr<const RecordedGroup>& recordedGroup();
 
   // For an op on accelerator tensors: its stream and events. Null for CPU.
   std::shared_ptr<DeviceOp> deviceOp(const c10::IValue& outputs, const c10::IValue& inputs);
@@ -429,6 +612,8 @@ class BackendSingle : public c10d::Backend {
   std::mutex issueMutex_;
   uint64_t ops_ = 0;          // ops issued so far (each Work's sequence number)
   uint64_t collectives_ = 0;  // collectives issued so far
+  std::shared_ptr<const RecordedGroup> recorded_;  // see recordedGroup()
+  const std::shared_ptr<GroupMonitor> monitor_;
   WorkQueue queue_;     // every op but the receives
   WorkQueue receives_;  // recv and recvAnysource
 };

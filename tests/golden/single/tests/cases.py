@@ -274,6 +274,9 @@ class Ctx:
         """
         assert actual.shape == expected.shape, f"shape {tuple(actual.shape)} != {tuple(expected.shape)}"
         assert actual.dtype == expected.dtype, f"dtype {actual.dtype} != {expected.dtype}"
+        assert actual.device == expected.device, f"device {actual.device} != {expected.device}"
+        if not expected.is_cpu:  # compared on the host
+            actual, expected = actual.cpu(), expected.cpu()
         if not self.real:
             assert not actual.any(), f"{BACKEND} should zero its outputs, got {actual}"
             return
@@ -631,40 +634,123 @@ def bad_calls(ctx: Ctx) -> None:
         raise Skip("none of the ops these checks use is implemented")
 
 
-def cuda_streams(ctx: Ctx) -> None:
-    """On a side stream: a slow kernel, then the op. The op must see the kernel's result."""
+# -- accelerator tensors: CUDA, or the fake accelerator (tests/fake_accelerator) ---
+
+
+def _fake():
+    import fake_accelerator
+
+    return fake_accelerator
+
+
+def _busy(ctx: Ctx, ms: int) -> None:
+    """Keeps the current stream busy for about ``ms`` milliseconds; returns at once."""
+    if ctx.device.type == "cuda":
+        torch.cuda._sleep(ms * 1_000_000)  # clock cycles: a millisecond at 1 GHz
+    else:
+        _fake().sleep(ms)
+
+
+def _side_stream(ctx: Ctx):
+    """A new stream of the case's device, made current inside the block."""
+    if ctx.device.type == "cuda":
+        return torch.cuda.stream(torch.cuda.Stream())
+    return _fake().stream(_fake().new_stream())
+
+
+def _synchronize(ctx: Ctx) -> None:
+    """Waits until the device ran everything queued on it."""
+    if ctx.device.type == "cuda":
+        torch.cuda.synchronize()
+    else:
+        _fake().synchronize()
+
+
+def _late_copies(ctx: Ctx, ms: int):
+    """On the fake device, host-to-device copies land ``ms`` milliseconds late inside the block.
+
+    A backend's results are copied to the device last: what waits for the op's
+    host side only, not for its stream, then reads the old data.
+    """
+    if ctx.device.type == "cuda":
+        import contextlib
+
+        return contextlib.nullcontext()
+    return _fake().copy_latency(ms)
+
+
+def device_streams(ctx: Ctx) -> None:
+    """On a side stream: busy work, a fill, the op, then a copy of its result.
+
+    The op must read the fill's data (it waits for the caller's stream), and
+    the copy must read the op's result (wait() makes the caller's stream wait
+    for the op's).
+    """
     if PROBE not in ("allreduce", "broadcast", "allgather"):
         raise Skip("needs allreduce, broadcast or allgather")
-    side = torch.cuda.Stream()
-    with torch.cuda.stream(side):
-        t = torch.zeros(1 << 16, device="cuda")
-        torch.cuda._sleep(50_000_000)  # keeps the side stream busy for a while
+    with _late_copies(ctx, 200), _side_stream(ctx):
+        t = torch.zeros(1 << 16, device=ctx.device)
+        _busy(ctx, 100)
         t.fill_(ctx.rank + 1)
         ctx.device = t.device
         work = dist.all_reduce(t, async_op=True)
         work.wait()  # the side stream now waits for the op
         expected = float(sum(r + 1 for r in ctx.ranks)) if ctx.real else 0.0
         result = t.clone()  # queued on the side stream, after the op
-    torch.cuda.synchronize()
+    _synchronize(ctx)
+    result = result.cpu()
     assert torch.all(result == expected), f"expected {expected}, got {result[:4]}"
 
 
-def cuda_future_callbacks(ctx: Ctx) -> None:
+def device_future_callbacks(ctx: Ctx) -> None:
     """A future's callback, and work queued after get_future().wait(), see the op's result.
 
     The caller's stream is kept busy before the op, so the op's work on its own
     stream runs late: a future completed on any other stream than the op's
     lets the callback read the tensor before the op wrote it.
     """
-    t = torch.full((1 << 20,), float(ctx.rank + 1), device="cuda")
-    torch.cuda._sleep(50_000_000)  # the op starts after this, on the backend's stream
-    work = dist.all_reduce(t, op=dist.ReduceOp.AVG, async_op=True)
-    seen = work.get_future().then(lambda fut: fut.value()[0].clone()).wait()
-    after = t.clone()  # queued on the current stream once the future is waited for
-    torch.cuda.synchronize()
+    with _late_copies(ctx, 200):
+        t = torch.full((1 << 16,), float(ctx.rank + 1), device=ctx.device)
+        _busy(ctx, 100)  # the op starts after this, on the backend's stream
+        work = dist.all_reduce(t, op=dist.ReduceOp.AVG, async_op=True)
+        seen = work.get_future().then(lambda fut: fut.value()[0].clone()).wait()
+        after = t.clone()  # queued on the current stream once the future is waited for
+        _synchronize(ctx)
     expected = sum(r + 1 for r in ctx.ranks) / len(ctx.ranks) if ctx.real else 0.0
+    seen, after = seen.cpu(), after.cpu()
     assert torch.all(seen == expected), f"the callback saw {seen[:4]}, expected {expected}"
     assert torch.all(after == expected), f"after wait: {after[:4]}, expected {expected}"
+
+
+def freed_while_running(ctx: Ctx) -> None:
+    """Memory the caller frees once the op completed on the host is not reused before the op's stream wrote it.
+
+    The op's results land late (the fake device's copies do), so its stream
+    still writes to its tensors when the caller, which did not wait(), drops
+    them. The caching allocator may give that memory to new tensors of the
+    caller's stream only once the op's stream got there: the backend recorded
+    its stream on the tensors (recordStream), and the free is deferred.
+    """
+    if ctx.device.type == "cuda":
+        raise Skip("counts the fake accelerator's deferred frees")
+    if PROBE is None or PROBE == "barrier":
+        raise Skip("needs an op with tensors")
+    fake = _fake()
+    _synchronize(ctx)
+    before = fake.stats()["deferred_frees"]
+    with _late_copies(ctx, 300):
+        work = probe(ctx)
+        while not work.is_completed():  # done on the host; not waited for on the device
+            time.sleep(0.001)
+        del work  # and with it the op's tensors
+        fresh = [torch.empty(ctx.n, dtype=ctx.dtype, device=ctx.device) for _ in range(8)]
+        for t in fresh:
+            t.fill_(7)
+        _synchronize(ctx)
+    for t in fresh:
+        t = t.cpu()
+        assert torch.all(t == 7), f"a tensor allocated after the op was overwritten by it: {t}"
+    assert fake.stats()["deferred_frees"] > before, "no free was deferred: the backend recorded no stream"
 
 
 def bench_and_a_plain_loop(ctx: Ctx, size: int, iters: int, rounds: int) -> dict | None:

@@ -4,7 +4,9 @@
 
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
+#include <ATen/record_function.h>
 #include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/ParamCommsUtils.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <pthread.h>
@@ -212,6 +214,28 @@ void warnIfThrows(const char* what, F&& f) {
   } catch (const std::exception& e) {
     TORCH_WARN("Backend store_all: ", what, " failed: ", e.what());
   }
+}
+
+// The tensors torch.profiler shows as an op's inputs (with record_shapes):
+// those it reads, else those it writes. None while nothing is profiled.
+std::optional<std::vector<at::Tensor>> profiledTensors(const c10::IValue& inputs, const c10::IValue& outputs) {
+  if (!at::hasCallbacks()) {
+    return std::nullopt;
+  }
+  std::vector<at::Tensor> tensors;
+  collectTensors(inputs, tensors);
+  if (tensors.empty()) {
+    collectTensors(outputs, tensors);
+  }
+  return tensors;
+}
+
+int64_t elements(const std::vector<at::Tensor>& tensors) {
+  int64_t total = 0;
+  for (const at::Tensor& tensor : tensors) {
+    total += tensor.numel();
+  }
+  return total;
 }
 
 } // namespace
@@ -498,7 +522,7 @@ WorkStoreAll::WorkStoreAll(
     c10::IValue inputs,
     Body body,
     std::shared_ptr<DeviceOp> device)
-    : c10d::Work(group->rank, type, profilingTitle),
+    : c10d::Work(group->rank, type, profilingTitle, profiledTensors(inputs, outputs)),
       group_(std::move(group)),
       health_(std::move(health)),
       library_(std::move(library)),
@@ -509,7 +533,10 @@ WorkStoreAll::WorkStoreAll(
       outputs_(std::move(outputs)),
       inputs_(std::move(inputs)),
       device_(std::move(device)),
-      body_(std::move(body)) {}
+      body_(std::move(body)) {
+  static std::atomic<uint64_t> completionKeys{0};
+  completionKey_ = completionKeys.fetch_add(1, std::memory_order_relaxed) + 1;
+}
 
 bool WorkStoreAll::isCollective() const {
   return !c10d::isP2POp(opType_);
@@ -555,6 +582,8 @@ void WorkStoreAll::run() {
   }
   if (!error) {
     started_ = Clock::now();
+    bodyStarted_.store(true, std::memory_order_release);
+    recordStarted(record_);
     try {
       const c10::OptionalStreamGuard onStream(stream());
       if (device_) {
@@ -639,6 +668,12 @@ void WorkStoreAll::release() {
 
 void WorkStoreAll::finish(std::exception_ptr error) {
   const auto self = c10::intrusive_ptr<WorkStoreAll>::reclaim_copy(this);  // unwatch() may drop another
+  if (error) {
+    error = explained(error);
+    if (!error) {
+      return;  // the Runtime asks the other ranks about the failure, then finishes the op
+    }
+  }
   c10::intrusive_ptr<c10::ivalue::Future> future;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -657,10 +692,7 @@ void WorkStoreAll::finish(std::exception_ptr error) {
     if (error) {
       cancelled_.store(true);
       if (isCollective()) {
-        // The ranks no longer agree on which collective comes next.
-        std::string what = errorMessage(error);
-        const std::string prefix = "Backend " + group_->backend + " (rank " + std::to_string(group_->rank) + "): ";
-        health_->fail(what.rfind(prefix, 0) == 0 ? what.substr(prefix.size()) : what);
+        failGroup(error);  // the ranks no longer agree on which collective comes next
       }
     } else if (device_) {
       device_->done.record(device_->stream);
@@ -673,6 +705,18 @@ void WorkStoreAll::finish(std::exception_ptr error) {
   if (isCollective()) {
     queue_->unfinishedCollectives.fetch_sub(1);
   }
+  const bool ran = bodyStarted_.load(std::memory_order_acquire);
+  if (!error) {
+    const std::optional<float> took = ran ? std::optional(milliseconds()) : std::nullopt;
+    durationMs_ = took.value_or(0);
+    recordFinished(record_, "completed", took, "");
+    monitor_->completed(completionKey_, took);
+  } else if (record_ >= 0) {
+    recordFinished(record_, Clock::now() > deadline_ ? "timed out" : "failed", std::nullopt, errorMessage(error));
+  }
+  if (explaining_.load()) {
+    monitor_->dumpSoon();  // with this op's failure in it
+  }
   Runtime::get().unwatch(*this);
   if (!future) {
     publish();
@@ -684,6 +728,44 @@ void WorkStoreAll::finish(std::exception_ptr error) {
     self->settle(future);
     self->publish();
   });
+}
+
+std::exception_ptr WorkStoreAll::explained(std::exception_ptr error) {
+  if (explained_.load() || !isCollective() || !bodyStarted_.load(std::memory_order_acquire) || group_->aborted.load() ||
+      group_->size < 2 || Clock::now() <= deadline_) {
+    return error;  // not a timeout of a collective this rank entered
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (completed_) {
+      return error;  // finish() ignores it
+    }
+  }
+  if (explaining_.exchange(true)) {
+    return nullptr;
+  }
+  // The group fails now, as finish() would make it, so that the ops behind
+  // this one are refused at once; the others' answers take up to a few
+  // seconds, on a thread of the Runtime, which then finishes the op.
+  failGroup(error);
+  library_->abort();
+  const std::string what = errorMessage(error);
+  Runtime::get().post([self = c10::intrusive_ptr<WorkStoreAll>::reclaim_copy(this), what] {
+    const std::string said = self->monitor_->explain(self->collective_);
+    self->explained_.store(true);
+    self->finish(backendError(said.empty() ? what : what + "; " + said));
+  });
+  return nullptr;
+}
+
+void WorkStoreAll::failGroup(const std::exception_ptr& error) const {
+  const std::string what = errorMessage(error);
+  const std::string prefix = "Backend " + group_->backend + " (rank " + std::to_string(group_->rank) + "): ";
+  health_->fail(what.rfind(prefix, 0) == 0 ? what.substr(prefix.size()) : what);
+}
+
+float WorkStoreAll::milliseconds() const {
+  return std::chrono::duration<float, std::milli>(Clock::now() - started_).count();
 }
 
 void WorkStoreAll::publish() {
@@ -797,11 +879,12 @@ BackendStoreAll::BackendStoreAll(
     std::shared_ptr<Library> library,
     store_all_collectives::Options options,
     std::chrono::milliseconds timeout)
-    : c10d::Backend(group->rank, group->size),
+    : WithSplitting(group->rank, group->size),
       group_(std::move(group)),
       library_(std::move(library)),
       options_(std::move(options)),
-      timeoutMs_(timeout.count()) {}
+      timeoutMs_(timeout.count()),
+      monitor_(GroupMonitor::watched(group_, library_->store())) {}
 
 BackendStoreAll::~BackendStoreAll() {
   shutdown();
@@ -876,6 +959,7 @@ void BackendStoreAll::shutdown() {
   queue_.stop(kStopGrace);
   receives_.stop(kStopGrace);
   library_->close();  // finalized now, or when the last op in flight lets go
+  monitor_->close();
 }
 
 void BackendStoreAll::abort() {
@@ -888,6 +972,21 @@ uint64_t BackendStoreAll::getSequenceNumberForGroup() {
   std::lock_guard<std::mutex> lock(issueMutex_);
   return collectives_;
 }
+#if STORE_ALL_TORCH_2_15
+
+void BackendStoreAll::registerCompletionHook(int64_t hookId, c10d::CompletionHook hook) {
+  monitor_->addCompletionHook(hookId, [hook = std::move(hook)](uint64_t key, std::optional<float> durationMs) {
+    c10d::CompletionHookArgs args;
+    args.completionKey = key;
+    args.duration_ms = durationMs;
+    hook(args);
+  });
+}
+
+void BackendStoreAll::unregisterCompletionHook(int64_t hookId) {
+  monitor_->removeCompletionHook(hookId);
+}
+#endif
 
 c10::intrusive_ptr<c10d::Work> BackendStoreAll::enqueue(
     Runs where,
@@ -896,7 +995,70 @@ c10::intrusive_ptr<c10d::Work> BackendStoreAll::enqueue(
     std::chrono::milliseconds timeout,
     c10::IValue outputs,
     const c10::IValue& inputs,
-    WorkStoreAll::Body body) {
+    WorkStoreAll::Body body,
+    int peer) {
+  if (!at::hasCallbacks()) {
+    return issue(where, type, op, timeout, std::move(outputs), inputs, std::move(body), peer);
+  }
+  // torch.profiler records the call with its sizes, as it records NCCL's.
+  std::vector<at::Tensor> read;
+  std::vector<at::Tensor> written;
+  collectTensors(inputs, read);
+  collectTensors(outputs, written);
+  const std::vector<at::Tensor>& anyTensors = read.empty() ? written : read;
+  const auto& ranks = group_->globalRanks;
+  int stride = ranks.size() > 1 ? static_cast<int>(ranks[1] - ranks[0]) : 1;
+  for (size_t i = 1; i < ranks.size(); ++i) {
+    if (ranks[i] - ranks[i - 1] != stride) {
+      stride = -1;  // not evenly strided
+    }
+  }
+  const bool p2p = c10d::isP2POp(type);
+  int64_t number = 0;
+  {
+    std::lock_guard<std::mutex> lock(issueMutex_);
+    number = static_cast<int64_t>(p2p ? ops_ - collectives_ : collectives_);
+  }
+  RECORD_PARAM_COMMS_DATA(
+      std::make_tuple(number, p2p),
+      std::make_tuple(getGroupUid().empty() ? group_->id : getGroupUid(), getGroupDesc()),
+      read.empty() ? written : read,
+      written,
+      group_->rank,
+      recordedName(op),
+      elements(read.empty() ? written : read),
+      elements(written),
+      anyTensors.empty() ? at::kByte : anyTensors.front().scalar_type(),
+      std::vector<int64_t>(),
+      std::vector<int64_t>(),
+      static_cast<int>(ranks.front()),
+      stride,
+      group_->size);
+  return issue(where, type, op, timeout, std::move(outputs), inputs, std::move(body), peer);
+}
+
+const std::shared_ptr<const RecordedGroup>& BackendStoreAll::recordedGroup() {
+  if (!recorded_) {
+    auto recorded = std::make_shared<RecordedGroup>();
+    static std::atomic<uint64_t> uids{0};
+    recorded->uid = uids.fetch_add(1);
+    recorded->name = getGroupUid().empty() ? group_->id : getGroupUid();
+    recorded->desc = getGroupDesc().empty() ? "undefined" : getGroupDesc();
+    recorded->ranks = group_->globalRanks;
+    recorded_ = std::move(recorded);
+  }
+  return recorded_;
+}
+
+c10::intrusive_ptr<c10d::Work> BackendStoreAll::issue(
+    Runs where,
+    c10d::OpType type,
+    const char* op,
+    std::chrono::milliseconds timeout,
+    c10::IValue outputs,
+    const c10::IValue& inputs,
+    WorkStoreAll::Body body,
+    int peer) {
   if (timeout == c10d::kUnsetTimeout) {
     timeout = std::chrono::milliseconds(timeoutMs_.load());
   }
@@ -916,7 +1078,13 @@ c10::intrusive_ptr<c10d::Work> BackendStoreAll::enqueue(
     if (work->isCollective()) {
       work->collective_ = collectives_++;
       queue.state()->unfinishedCollectives.fetch_add(1);
+      monitor_->entered(collectives_);
     }
+    work->monitor_ = monitor_;
+    const bool p2p = !work->isCollective();
+    work->record_ = recordOp(OpRecord{
+        recordedGroup(), op, group_->rank, peer, p2p, p2p ? collectives_ : work->collective_,
+        work->seq_ - (p2p ? collectives_ : work->collective_), work->seq_, timeout, inputs, work->outputs_});
     watch(work);
     if (here) {
       work->run();  // in flight, it reaches the queue before any later op can
@@ -1164,7 +1332,7 @@ c10::intrusive_ptr<c10d::Work> BackendStoreAll::send(
   const at::Tensor& tensor = check.one(tensors, "tensors");
   const int dst = check.peer(dstRank, "dstRank");
   return enqueue(Runs::kHere, c10d::OpType::SEND, __func__, c10d::kUnsetTimeout, tensors, {},
-      [=](const OpContext& ctx, WorkStoreAll&) mutable { ops::send(ctx, tensor, dst, tag); });
+      [=](const OpContext& ctx, WorkStoreAll&) mutable { ops::send(ctx, tensor, dst, tag); }, dstRank);
 }
 
 // Receives a tensor from one peer, matched by tag.
@@ -1174,7 +1342,7 @@ c10::intrusive_ptr<c10d::Work> BackendStoreAll::recv(
   at::Tensor& tensor = check.one(tensors, "tensors");
   const int src = check.peer(srcRank, "srcRank");
   return enqueue(Runs::kOnReceives, c10d::OpType::RECV, __func__, c10d::kUnsetTimeout, tensors, {},
-      [=](const OpContext& ctx, WorkStoreAll&) mutable { ops::recv(ctx, tensor, src, tag); });
+      [=](const OpContext& ctx, WorkStoreAll&) mutable { ops::recv(ctx, tensor, src, tag); }, srcRank);
 }
 
 // Receives a tensor from whichever peer sends first with the tag.

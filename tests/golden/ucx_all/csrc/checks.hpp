@@ -24,11 +24,13 @@ class Check {
   }
 
   // A usable tensor: defined, dense, on a device this build supports, of a
-  // dtype the backend supports.
+  // dtype the backend supports. A PrivateUse1 device (an out-of-tree
+  // accelerator, or the tests' fake one) is served once the package is
+  // registered for it (ucx_all_collectives.register).
   void tensor(const at::Tensor& t, const char* what) const {
     require(t.defined(), what, " is an undefined tensor");
     require(t.layout() == c10::kStrided, what, " must be a dense tensor, got layout ", t.layout());
-    require(t.is_cpu() || t.is_cuda(), what, " is on ", t.device(), "; this backend is registered for cpu and cuda tensors");
+    require(t.is_cpu() || t.is_cuda() || t.is_privateuseone(), what, " is on ", t.device(), "; this backend is registered for cpu and cuda tensors");
 #ifndef WITH_CUDA
     require(!t.is_cuda(), what, " is a CUDA tensor, but this build of ucx_all_collectives has no CUDA support " "(rebuild it against a CUDA build of torch, or with FORCE_CUDA=1)");
 #endif

@@ -44,12 +44,48 @@ WITH_CUDA = _C.WITH_CUDA
 #: not given takes its value from the environment variable ``MY_RDMA2_<FIELD>``.
 Options = _C.Options
 
-dist.Backend.register_backend(
-    BACKEND_NAME, _C.create_backend, extended_api=True, devices=DEVICES
-)
+
+def register(devices: list[str] | None = None) -> None:
+    """Registers the backend with torch.distributed for ``devices`` (default: :data:`DEVICES`).
+
+    Importing the package does it with the defaults. A PrivateUse1 device (an
+    out-of-tree accelerator, once its package named it) may be added by name:
+    ``register([*DEVICES, "npu"])``; process groups created afterwards use the
+    backend for its tensors too.
+    """
+    dist.Backend.register_backend(
+        BACKEND_NAME, _C.create_backend, extended_api=True, devices=list(devices or DEVICES)
+    )
+
+
+register()
 
 
 def group_options(group: dist.ProcessGroup | None = None) -> Options:
     """The :class:`Options` ``group`` (default: the default group) was created with."""
     pg = group if group is not None else dist.distributed_c10d._get_default_group()
     return _C.group_options(pg._get_backend(torch.device(DEVICES[0])))
+
+
+def flight_record() -> dict:
+    """This process's flight recorder: the last ops of every group of this backend.
+
+    The dict c10d's FlightRecorder dumps for NCCL (``"version"``, ``"pg_config"``,
+    ``"pg_status"``, ``"entries"``), one entry per op with its collective number,
+    sizes, dtypes, state ("scheduled", "started", "completed", "failed",
+    "timed out"), times and, for a failed op, its ``"error"``. The ring keeps the
+    last ``TORCH_FR_BUFFER_SIZE`` ops (2000 by default; 0 turns it off).
+    """
+    import pickle
+
+    return pickle.loads(_C.flight_record())
+
+
+def dump_flight_record() -> str:
+    """Writes :func:`flight_record` where a timeout writes it; returns the file's path.
+
+    That is ``TORCH_FR_DUMP_TEMP_FILE`` (default ``/tmp/nccl_trace_rank_``) followed
+    by this process's global rank, which torch's analyser reads
+    (``python -m torch.distributed.flight_recorder.fr_trace DIR``).
+    """
+    return _C.dump_flight_record(dist.get_rank() if dist.is_initialized() else 0)
