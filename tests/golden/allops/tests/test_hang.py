@@ -6,22 +6,10 @@ writes its record where TORCH_FR_DUMP_TEMP_FILE says, which torch's analyser
 (torchfrtrace, ``python -m torch.distributed.flight_recorder.fr_trace``) reads.
 """
 
-import pickle
-import subprocess
-import sys
-
 import pytest
-import torch
 from cases import PROBE
-from harness import BACKEND, Cluster
 
 pytestmark = pytest.mark.skipif(PROBE is None, reason="needs one of the collectives the cases use")
-
-#: Short enough that the timeout comes fast, long enough for this machine.
-SHORT_TIMEOUT = 5.0
-#: The analyser reads the dumps of a backend it does not know from torch 2.15 on
-#: (before, it rejects every profiling name but NCCL's, gloo's and a few others').
-ANALYSER_READS_ANY_BACKEND = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 15)
 
 
 def test_a_completed_op_is_recorded_with_sizes_dtypes_and_duration(cluster):
@@ -31,40 +19,3 @@ def test_a_completed_op_is_recorded_with_sizes_dtypes_and_duration(cluster):
 
 def test_the_profiler_shows_each_collective_with_its_sizes(cluster):
     cluster.run("profiled_with_sizes")
-
-
-def test_a_skipped_collective_is_named_in_the_errors_and_in_every_rank_s_dump(tmp_path):
-    """Rank 2 skips collective #2: ranks 0 and 1 say so, and so do all three dumps and torch's analyser."""
-    prefix = tmp_path / "trace_rank_"
-    cluster = Cluster(3, group_timeout=SHORT_TIMEOUT, env={"TORCH_FR_DUMP_TEMP_FILE": str(prefix)})
-    try:
-        messages = cluster.run("skipped_collective")
-    finally:
-        cluster.kill()
-    assert messages[2] is None and all("rank 2 never entered it" in m for m in messages[:2]), messages
-
-    reached = {}
-    for rank in range(3):
-        with open(f"{prefix}{rank}", "rb") as f:
-            dump = pickle.load(f)
-        assert dump["version"] == "2.10" and set(dump) >= {"pg_config", "pg_status", "entries"}, dump.keys()
-        (name,) = dump["pg_config"]  # the case's group: the only one with ops
-        assert dump["pg_config"][name]["ranks"] == "[0, 1, 2]", dump["pg_config"]
-        entries = [e for e in dump["entries"] if e["process_group"][0] == name]
-        assert all(e["profiling_name"].startswith(f"{BACKEND}:") for e in entries), entries
-        reached[rank] = max(e["collective_seq_id"] for e in entries)
-        if rank < 2:
-            assert entries[-1]["state"] == "timed out", entries[-1]
-            assert "rank 2 never entered it" in entries[-1]["error"], entries[-1]
-    assert reached == {0: 2, 1: 2, 2: 1}, reached
-
-    if not ANALYSER_READS_ANY_BACKEND:
-        return  # before torch 2.15, the analyser reads NCCL's and gloo's dumps only: the pickles above are all
-    analysis = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", str(tmp_path)],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    report = analysis.stdout + analysis.stderr
-    assert analysis.returncode == 0, report
-    assert "Not all ranks joining collective, sequence number: 2" in report, report
-    assert "missing ranks: {2}" in report, report

@@ -33,6 +33,7 @@ def test_the_profiler_shows_each_collective_with_its_sizes(cluster):
     cluster.run("profiled_with_sizes")
 
 
+# (The dummy's collectives exchange nothing: a rank that skips one leaves no one waiting.)
 def test_a_skipped_collective_is_named_in_the_errors_and_in_every_rank_s_dump(tmp_path):
     """Rank 2 skips collective #2: ranks 0 and 1 say so, and so do all three dumps and torch's analyser."""
     prefix = tmp_path / "trace_rank_"
