@@ -156,14 +156,20 @@ void destroyFromACallback() {
 // that never come; then the other ranks are destroyed too.
 void abortAndShutdownAtOnce() {
   auto ranks = group("abort", std::chrono::seconds(60));
-  std::vector<at::Tensor> tensors{at::full({4}, 1.0F)};
-  auto pending = ranks[0]->allreduce(tensors, c10d::AllreduceOptions());
+  // Issued on a thread of its own: with kBodiesOnlyStart the store's body
+  // runs on the caller's thread, and blocks it until the abort.
+  c10::intrusive_ptr<c10d::Work> pending;
+  std::thread issuing = spawn([&] {
+    std::vector<at::Tensor> tensors{at::full({4}, 1.0F)};
+    pending = ranks[0]->allreduce(tensors, c10d::AllreduceOptions());
+  });
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   const auto start = Clock::now();
   std::thread aborting = spawn([&] { ranks[0]->abort(); });
   std::thread shutting = spawn([&] { ranks[0]->shutdown(); });
   aborting.join();
   shutting.join();
+  issuing.join();
   check(Clock::now() - start < std::chrono::seconds(10), "abort()/shutdown() took too long");
   check(raisesBackendError([&] { pending->wait(); }), "the pending op did not fail");
   onEachRank([&](int rank) { ranks[rank]->shutdown(); });

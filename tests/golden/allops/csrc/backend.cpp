@@ -710,7 +710,9 @@ void WorkAllops::finish(std::exception_ptr error) {
     const std::optional<float> took = ran ? std::optional(milliseconds()) : std::nullopt;
     durationMs_ = took.value_or(0);
     recordFinished(record_, "completed", took, "");
-    monitor_->completed(completionKey_, took);
+    if (monitor_) {  // null for an op that was never issued
+      monitor_->completed(completionKey_, took);
+    }
   } else if (record_ >= 0) {
     recordFinished(record_, Clock::now() > deadline_ ? "timed out" : "failed", std::nullopt, errorMessage(error));
   }
