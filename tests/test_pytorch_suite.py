@@ -1,14 +1,12 @@
 """PyTorch's own collective tests pass against generated all-ops backends.
 
-Builds one ``--impl store --ops all`` project per session (about two minutes
-on two cores) and runs conformance/pytorch_suite.py on it in its CI subset:
+Runs conformance/pytorch_suite.py in its CI subset on the all-ops store
+project that test_build builds (conftest.py, once a session):
 DistributedTest._DistTestBase from torch's test suite, at world size 3 on CPU,
-one test or more per collective family, point-to-point and groups. Builds one
-``--impl mpi --ops all`` project too (about three minutes) and runs the same
-subset on it under ``--launcher mpirun``, and an ``--impl ucx --ops all`` one
-(about a minute, where UCX is installed) for the same subset as the store's.
-Skip with ``-m "not pytorch_suite"`` (or ``-m "not build"``).
-"""
+one test or more per collective family, point-to-point and groups. The same
+subset runs on the all-ops mpi project under ``--launcher mpirun``, and on the
+ucx one where UCX is installed.
+Skip with ``-m "not pytorch_suite"`` (or ``-m "not build"``)."""
 
 from __future__ import annotations
 
@@ -19,16 +17,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import have_ucx
-from new_backend import generate_project
+from helpers import Built
 
 pytestmark = [pytest.mark.build, pytest.mark.pytorch_suite, pytest.mark.timeout(2400)]
 
 REPO = Path(__file__).resolve().parents[1]
 HARNESS = REPO / "conformance" / "pytorch_suite.py"
-NAME = "suite3"  # a name with a digit, like users' names
-MPI_NAME = "mpi_suite3"
-UCX_NAME = "ucx_suite3"
+# The all-ops projects of conftest.py, built once a session for test_build too.
+NAME = "store_all"
+MPI_NAME = "mpi_all"
+UCX_NAME = "ucx_all"
 
 #: The families the CI subset covers; each must have a test that passed.
 FAMILIES = {
@@ -50,43 +48,22 @@ FAMILIES = {
 }
 
 
-def build_site(name: str, impl: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Where pip installed a freshly generated all-ops backend `name`."""
-    pytest.importorskip("torch")
-    rendered = generate_project(
-        name, ops="all", impl=impl, output_dir=tmp_path_factory.mktemp("render")
-    )
-    site = tmp_path_factory.mktemp("site")
-    pip = [sys.executable, "-m", "pip", "install", "--no-build-isolation", "--no-deps"]
-    done = subprocess.run(
-        [*pip, "--target", str(site), str(rendered.target)],
-        capture_output=True,
-        text=True,
-        timeout=1500,
-    )
-    assert done.returncode == 0, f"building {name} failed:\n{done.stdout}\n{done.stderr}"
-    return site
+@pytest.fixture(scope="session")
+def store_site(built_store: Built) -> Path:
+    """Where pip installed the all-ops store backend test_build tests (conftest.py)."""
+    return built_store.site
 
 
 @pytest.fixture(scope="session")
-def store_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Where pip installed a freshly generated all-ops store backend."""
-    return build_site(NAME, "store", tmp_path_factory)
+def mpi_site(built_mpi: Built) -> Path:
+    """Where pip installed the all-ops MPI backend (MPICH from the package index)."""
+    return built_mpi.site
 
 
 @pytest.fixture(scope="session")
-def mpi_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Where pip installed a freshly generated all-ops MPI backend (MPICH from
-    the package index, the `test` extra)."""
-    return build_site(MPI_NAME, "mpi", tmp_path_factory)
-
-
-@pytest.fixture(scope="session")
-def ucx_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Where pip installed a freshly generated all-ops UCX backend (Debian's libucx-dev)."""
-    if not have_ucx():
-        pytest.skip("no UCX: apt-get install libucx-dev (or set UCX_HOME)")
-    return build_site(UCX_NAME, "ucx", tmp_path_factory)
+def ucx_site(built_ucx: Built) -> Path:
+    """Where pip installed the all-ops UCX backend (Debian's libucx-dev)."""
+    return built_ucx.site
 
 
 def run_harness(

@@ -14,6 +14,11 @@ import {{ p.package }}
 WORLD_SIZES = [
     int(n) for n in os.environ.get("{{ p.macro }}_TEST_WORLD_SIZES", "{{ "2,3" if p.impl == "dummy" else "2,3,4" }}").split(",")
 ]
+{%- if p.macro.startswith("UCX_") %}
+# UCX reads every UCX_* variable, and warns on stdout about those it does not know: this
+# suite's own {{ p.macro }}_TEST_* among them.
+os.environ.setdefault("UCX_WARN_UNUSED_ENV_VARS", "n")
+{%- endif %}
 
 
 def pytest_collection_modifyitems(config, items):

@@ -13,6 +13,9 @@ import ucx_all_collectives
 WORLD_SIZES = [
     int(n) for n in os.environ.get("UCX_ALL_TEST_WORLD_SIZES", "2,3,4").split(",")
 ]
+# UCX reads every UCX_* variable, and warns on stdout about those it does not know: this
+# suite's own UCX_ALL_TEST_* among them.
+os.environ.setdefault("UCX_WARN_UNUSED_ENV_VARS", "n")
 
 
 def pytest_collection_modifyitems(config, items):
