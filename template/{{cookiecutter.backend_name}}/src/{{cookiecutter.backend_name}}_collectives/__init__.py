@@ -21,15 +21,19 @@ MPI is initialised when the first process group is created (or by
 this package initialised it.
 {%- endif %}
 """
-{%- if p.impl == "mpi" %}
-
+{% if p.impl == "mpi" %}
 import atexit
 import functools
 import os
+{%- endif %}
+import random
+{%- if p.impl == "mpi" %}
 import re
 import shlex
 import shutil
+{%- endif %}
 import socket
+{%- if p.impl == "mpi" %}
 import subprocess
 import sys
 {%- endif %}
@@ -110,6 +114,28 @@ def dump_flight_record() -> str:
     """
     return _C.dump_flight_record(dist.get_rank() if dist.is_initialized() else 0)
 
+
+def free_port() -> int:
+    """A TCP port for rank 0's store (``MASTER_PORT``): free now, and below the kernel's
+    ephemeral range, where the local end of a new connection cannot take it before rank 0
+    listens (a port bound to 0 and released can be: EADDRINUSE)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            ephemeral = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral = 32768
+    below = range(max(1024, ephemeral - 16384), ephemeral)
+    for port in random.sample(below, min(64, len(below))):
+        with socket.socket() as s:
+            try:
+                s.bind(("", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # all taken: one the kernel hands out
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
 {%- if p.impl == "mpi" %}
 
 atexit.register(_C.mpi_finalize)  # does nothing unless this package initialised MPI
@@ -157,7 +183,7 @@ def set_env_from_mpi() -> tuple[int, int]:
         mine = ""
         if rank == 0:
             address = os.environ.get("MASTER_ADDR") or socket.gethostname()
-            port = os.environ.get("MASTER_PORT") or str(_free_port())
+            port = os.environ.get("MASTER_PORT") or str(free_port())
             mine = f"{address} {port}"
         address, port = _C.mpi_broadcast(mine).decode().split(" ")
         os.environ["MASTER_ADDR"] = address
@@ -216,9 +242,4 @@ def mpi_launcher(mpirun: str) -> tuple[str, int]:
         return "openmpi", int(major.group(1)) if major else 0
     return "", 0
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
 {%- endif %}

@@ -31,9 +31,6 @@ import argparse
 import json
 import os
 import platform
-{%- if p.impl != "mpi" %}
-import socket
-{%- endif %}
 import statistics
 {%- if p.impl == "mpi" %}
 import subprocess
@@ -47,7 +44,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from . import BACKEND_NAME, DEVICES, OPS{{ ", mpirun_command, set_env_from_mpi" if p.impl == "mpi" }}
+from . import BACKEND_NAME, DEVICES, OPS{{ ", mpirun_command, set_env_from_mpi" if p.impl == "mpi" else ", free_port" }}
 
 LAUNCHER_ENV = [  # (rank, world size) variables of common launchers
     ("RANK", "WORLD_SIZE"),  # torchrun
@@ -646,9 +643,7 @@ def main(argv: list[str] | None = None) -> None:
     command += sys.argv[1:] if argv is None else argv
     sys.exit(subprocess.run(command, check=False).returncode)
 {%- else %}
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     torch.multiprocessing.spawn(_spawned, args=(world_size, port, args), nprocs=world_size)
 {%- endif %}
 

@@ -13,9 +13,7 @@ from __future__ import annotations
 import multiprocessing
 import multiprocessing.connection
 import os
-import random
 import shutil
-import socket
 import tempfile
 import traceback
 from datetime import timedelta
@@ -42,29 +40,10 @@ class ClusterError(AssertionError):
 
 
 def free_port() -> int:
-    """A port for rank 0's store, free now, below the kernel's ephemeral range.
+    """A port for rank 0's store: store_all_collectives.free_port(), below the ephemeral range."""
+    import store_all_collectives
 
-    A port the kernel hands out (bind to 0) may be handed out again, as the
-    local end of some connection, before rank 0 listens on it: EADDRINUSE.
-    Ports below the ephemeral range are only ever taken by a listener.
-    """
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            ephemeral = int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        ephemeral = 32768
-    low = max(1024, ephemeral - 16384)
-    for _ in range(64):
-        port = random.randrange(low, ephemeral)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return store_all_collectives.free_port()
 
 
 class Cluster:

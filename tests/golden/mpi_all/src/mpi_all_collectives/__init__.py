@@ -22,6 +22,7 @@ this package initialised it.
 import atexit
 import functools
 import os
+import random
 import re
 import shlex
 import shutil
@@ -122,6 +123,28 @@ def dump_flight_record() -> str:
     """
     return _C.dump_flight_record(dist.get_rank() if dist.is_initialized() else 0)
 
+
+def free_port() -> int:
+    """A TCP port for rank 0's store (``MASTER_PORT``): free now, and below the kernel's
+    ephemeral range, where the local end of a new connection cannot take it before rank 0
+    listens (a port bound to 0 and released can be: EADDRINUSE)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            ephemeral = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral = 32768
+    below = range(max(1024, ephemeral - 16384), ephemeral)
+    for port in random.sample(below, min(64, len(below))):
+        with socket.socket() as s:
+            try:
+                s.bind(("", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # all taken: one the kernel hands out
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
 atexit.register(_C.mpi_finalize)  # does nothing unless this package initialised MPI
 
 #: Where launchers put each process's rank and the number of processes:
@@ -167,7 +190,7 @@ def set_env_from_mpi() -> tuple[int, int]:
         mine = ""
         if rank == 0:
             address = os.environ.get("MASTER_ADDR") or socket.gethostname()
-            port = os.environ.get("MASTER_PORT") or str(_free_port())
+            port = os.environ.get("MASTER_PORT") or str(free_port())
             mine = f"{address} {port}"
         address, port = _C.mpi_broadcast(mine).decode().split(" ")
         os.environ["MASTER_ADDR"] = address
@@ -225,9 +248,3 @@ def mpi_launcher(mpirun: str) -> tuple[str, int]:
         major = re.search(r"\((?:Open MPI|OpenRTE)\) (\d+)\.", version)  # "mpirun (Open MPI) 4.1.4"
         return "openmpi", int(major.group(1)) if major else 0
     return "", 0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]

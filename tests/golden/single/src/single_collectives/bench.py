@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import platform
-import socket
 import statistics
 import sys
 import time
@@ -35,7 +34,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from . import BACKEND_NAME, DEVICES, OPS
+from . import BACKEND_NAME, DEVICES, OPS, free_port
 
 LAUNCHER_ENV = [  # (rank, world size) variables of common launchers
     ("RANK", "WORLD_SIZE"),  # torchrun
@@ -618,9 +617,7 @@ def main(argv: list[str] | None = None) -> None:
         os.environ.setdefault("MASTER_PORT", "29500")
         _rank_main(launched[0], world_size, args)
         return
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     torch.multiprocessing.spawn(_spawned, args=(world_size, port, args), nprocs=world_size)
 
 

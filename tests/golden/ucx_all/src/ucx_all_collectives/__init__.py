@@ -11,6 +11,9 @@ Once the package is installed, ``import torch`` registers it too (see
 ``_ucx_all_collectives_autoload``), so scripts that never import it work as well.
 """
 
+import random
+import socket
+
 import torch  # noqa: F401  (loads libtorch before the extension)
 import torch.distributed as dist
 
@@ -103,3 +106,25 @@ def dump_flight_record() -> str:
     (``python -m torch.distributed.flight_recorder.fr_trace DIR``).
     """
     return _C.dump_flight_record(dist.get_rank() if dist.is_initialized() else 0)
+
+
+def free_port() -> int:
+    """A TCP port for rank 0's store (``MASTER_PORT``): free now, and below the kernel's
+    ephemeral range, where the local end of a new connection cannot take it before rank 0
+    listens (a port bound to 0 and released can be: EADDRINUSE)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            ephemeral = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral = 32768
+    below = range(max(1024, ephemeral - 16384), ephemeral)
+    for port in random.sample(below, min(64, len(below))):
+        with socket.socket() as s:
+            try:
+                s.bind(("", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # all taken: one the kernel hands out
+        s.bind(("", 0))
+        return s.getsockname()[1]
