@@ -4,7 +4,7 @@ The one entry point is :func:`generate_project`; the ``new-backend`` command, th
 tests and the README all go through it.
 """
 
-__version__ = "0.2.6"
+__version__ = "0.2.7"
 
 from new_backend.generate import GenerationResult, generate_project
 

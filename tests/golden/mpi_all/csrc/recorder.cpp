@@ -19,6 +19,7 @@
 #include <map>
 #include <sstream>
 #include <string_view>
+#include <system_error>
 #include <thread>
 #include <utility>
 
@@ -31,7 +32,7 @@ constexpr auto kWatchEvery = std::chrono::seconds(1);
 // collective they reached: a watcher's period, and time to spare.
 constexpr auto kAnswerWithin = std::chrono::seconds(3);
 // The keys of that conversation, in the group's store.
-const std::string kAskedKey = "flight_recorder/asked";
+constexpr char kAskedKey[] = "flight_recorder/asked";  // read by the watcher while the process exits
 
 std::string answerKey(int rank) {
   return "flight_recorder/rank" + std::to_string(rank);
@@ -176,10 +177,7 @@ class Recorder {
     auto entries = newList();
     auto groups = newDict();
     std::map<uint64_t, std::array<int64_t, 3>> progress;  // per group: last enqueued, started, completed
-    std::lock_guard<std::mutex> lock(mutex_);
-    const int64_t first = std::max<int64_t>(0, next_ - static_cast<int64_t>(capacity_));
-    for (int64_t id = first; id < next_; ++id) {
-      const Entry& e = entries_[static_cast<size_t>(id) % capacity_];
+    for (const Entry& e : live()) {
       entries.push_back(toDict(e));
       const RecordedGroup& group = *e.group;
       if (!groups.contains(group.name)) {
@@ -247,6 +245,18 @@ class Recorder {
     bool retired = false;
   };
 
+  // A copy of the ring, oldest first: ops go on while it is made into dicts.
+  std::vector<Entry> live() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const int64_t first = std::max<int64_t>(0, next_ - static_cast<int64_t>(capacity_));
+    std::vector<Entry> copy;
+    copy.reserve(static_cast<size_t>(next_ - first));
+    for (int64_t id = first; id < next_; ++id) {
+      copy.push_back(entries_[static_cast<size_t>(id) % capacity_]);
+    }
+    return copy;
+  }
+
   Recorder() {
     const char* size = environment({"TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"});
     try {
@@ -259,8 +269,8 @@ class Recorder {
 
   // The entry of record `id`, unless later ones took its place. Under mutex_.
   Entry* find(int64_t id) {
-    Entry& e = entries_[static_cast<size_t>(id) % capacity_];
-    return e.id == id ? &e : nullptr;
+    const size_t slot = static_cast<size_t>(id) % capacity_;
+    return slot < entries_.size() && entries_[slot].id == id ? &entries_[slot] : nullptr;
   }
 
   static c10::IValue toDict(const Entry& e) {
@@ -384,7 +394,8 @@ Watcher* Watcher::instance = new Watcher();  // never destroyed: its thread outl
 
 const char* recordedName(const char* op) {
   // c10d's names, which its analyser matches ops by (torch/distributed/flight_recorder).
-  static const std::map<std::string_view, const char*> names = {
+  // Never destroyed: ops may record while the process exits.
+  static const auto* names = new std::map<std::string_view, const char*>{
       {"allreduce", "all_reduce"},
       {"allreduce_coalesced", "allreduce_coalesced"},
       {"broadcast", "broadcast"},
@@ -408,8 +419,8 @@ const char* recordedName(const char* op) {
       {"recv", "recv"},
       {"recvAnysource", "recv"},
   };
-  const auto it = names.find(op);
-  return it == names.end() ? op : it->second;
+  const auto it = names->find(op);
+  return it == names->end() ? op : it->second;
 }
 
 int64_t recordOp(const OpRecord& op) {
@@ -440,15 +451,18 @@ std::string pickledRecord() {
 std::string dumpRecord(int64_t globalRank) {
   const char* prefix = environment({"TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"});
   const std::string path = std::string(prefix != nullptr ? prefix : "/tmp/nccl_trace_rank_") + std::to_string(globalRank);
-  const std::string partial = path + ".partial" + std::to_string(::getpid());
-  {
-    std::ofstream file(partial, std::ios::binary | std::ios::trunc);
-    file << pickledRecord();
-    TORCH_CHECK(file.good(), "Backend mpi_all: could not write the flight recorder's dump to ", partial);
+  // Each dump writes its own file, then renames it into place: dumps at the
+  // same time (groups timing out together) each leave a whole record.
+  static std::atomic<uint64_t> dumps{0};
+  const std::string partial = path + ".partial" + std::to_string(::getpid()) + "." + std::to_string(dumps++);
+  std::ofstream file(partial, std::ios::binary | std::ios::trunc);
+  file << pickledRecord();
+  file.close();
+  const bool written = !file.fail() && std::rename(partial.c_str(), path.c_str()) == 0;
+  if (!written) {
+    std::remove(partial.c_str());
   }
-  TORCH_CHECK(
-      std::rename(partial.c_str(), path.c_str()) == 0, "Backend mpi_all: could not move the flight recorder's dump to ",
-      path);
+  TORCH_CHECK(written, "Backend mpi_all: could not write the flight recorder's dump to ", path);
   return path;
 }
 
@@ -464,6 +478,18 @@ c10::intrusive_ptr<c10d::Store> ownConnection(const std::shared_ptr<Bootstrap>& 
     return shared->clone();
   } catch (const std::exception&) {
     return shared;  // a store written in Python, say
+  }
+}
+
+// Runs `job` on a thread of its own; false, with a warning, where the system has none to give.
+template <typename Job>
+bool detached(Job job) {
+  try {
+    std::thread(std::move(job)).detach();
+    return true;
+  } catch (const std::system_error& e) {
+    TORCH_WARN("Backend mpi_all: could not start a thread: ", e.what());
+    return false;
   }
 }
 
@@ -498,7 +524,7 @@ std::string GroupMonitor::explain(uint64_t number) {
   asked_.store(true);
   // On a thread of its own, so that a store that does not answer (its host
   // stopped) holds up nobody past kAnswerWithin.
-  std::thread([talk, group = group_, store = store_, number, self = shared_from_this()] {
+  const bool asking = detached([talk, group = group_, store = store_, number, self = shared_from_this()] {
     std::string said;
     try {
       store->set(kAskedKey, bytes(std::to_string(number)));
@@ -543,11 +569,14 @@ std::string GroupMonitor::explain(uint64_t number) {
     talk->said = std::move(said);
     talk->over = true;
     talk->done.notify_all();
-  }).detach();
+  });
   std::unique_lock<std::mutex> lock(talk->mutex);
   const auto within = kAnswerWithin + std::chrono::seconds(1);
-  const bool over = talk->done.wait_for(lock, within, [&talk] { return talk->over; });
+  const bool over = asking && talk->done.wait_for(lock, within, [&talk] { return talk->over; });
   explaining_.fetch_sub(1);
+  if (!asking) {
+    return "the other ranks could not be asked which collective they reached: no thread to ask them on";
+  }
   return over ? talk->said
               : "the other ranks could not be asked which collective they reached: the group's store did not answer "
                 "within " + std::to_string(std::chrono::seconds(within).count()) + " s";
@@ -557,13 +586,13 @@ void GroupMonitor::dumpSoon() const {
   if (!dumpOnTimeout()) {
     return;
   }
-  std::thread([rank = group_->globalRanks.at(group_->rank)] {
+  detached([rank = group_->globalRanks.at(group_->rank)] {
     try {
       dumpRecord(rank);
     } catch (const std::exception& e) {
       TORCH_WARN("Backend mpi_all: ", e.what());
     }
-  }).detach();
+  });
 }
 
 void GroupMonitor::poll() {
@@ -593,14 +622,14 @@ void GroupMonitor::close() {
     return;
   }
   // Without waiting: the store may not answer (its host stopped).
-  std::thread([store = store_, rank = group_->rank] {
+  detached([store = store_, rank = group_->rank] {
     try {
       store->deleteKey(answerKey(rank));
       store->deleteKey(kAskedKey);
     } catch (const std::exception&) {
       // the store went first
     }
-  }).detach();
+  });
 }
 
 void GroupMonitor::addCompletionHook(int64_t id, CompletionHook hook) {

@@ -6,13 +6,17 @@ writes its record where TORCH_FR_DUMP_TEMP_FILE says, which torch's analyser
 (torchfrtrace, ``python -m torch.distributed.flight_recorder.fr_trace``) reads.
 """
 
+import os
 import pickle
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
 from cases import PROBE
+
+import mpi_all_collectives
 from harness import BACKEND, Cluster
 
 pytestmark = pytest.mark.skipif(PROBE is None, reason="needs one of the collectives the cases use")
@@ -31,6 +35,21 @@ def test_a_completed_op_is_recorded_with_sizes_dtypes_and_duration(cluster):
 
 def test_the_profiler_shows_each_collective_with_its_sizes(cluster):
     cluster.run("profiled_with_sizes")
+
+
+def test_dumps_at_the_same_time_each_write_a_whole_record(tmp_path, monkeypatch):
+    """Groups that time out together dump at once: each dump is whole, and no part is left behind."""
+    monkeypatch.setenv("TORCH_FR_DUMP_TEMP_FILE", str(tmp_path / "trace_rank_"))
+
+    def dump_repeatedly(_: int) -> list:
+        return [mpi_all_collectives.dump_flight_record() for _ in range(200)]
+
+    with ThreadPoolExecutor(4) as pool:
+        paths = set().union(*pool.map(dump_repeatedly, range(4)))
+    assert paths == {str(tmp_path / "trace_rank_0")}, paths
+    assert os.listdir(tmp_path) == ["trace_rank_0"], os.listdir(tmp_path)
+    with open(tmp_path / "trace_rank_0", "rb") as f:
+        assert pickle.load(f)["version"] == "2.10"
 
 
 # (The dummy's collectives exchange nothing: a rank that skips one leaves no one waiting.)

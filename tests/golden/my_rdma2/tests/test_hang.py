@@ -6,8 +6,14 @@ writes its record where TORCH_FR_DUMP_TEMP_FILE says, which torch's analyser
 (torchfrtrace, ``python -m torch.distributed.flight_recorder.fr_trace``) reads.
 """
 
+import os
+import pickle
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 from cases import PROBE
+
+import my_rdma2_collectives
 
 pytestmark = pytest.mark.skipif(PROBE is None, reason="needs one of the collectives the cases use")
 
@@ -19,3 +25,18 @@ def test_a_completed_op_is_recorded_with_sizes_dtypes_and_duration(cluster):
 
 def test_the_profiler_shows_each_collective_with_its_sizes(cluster):
     cluster.run("profiled_with_sizes")
+
+
+def test_dumps_at_the_same_time_each_write_a_whole_record(tmp_path, monkeypatch):
+    """Groups that time out together dump at once: each dump is whole, and no part is left behind."""
+    monkeypatch.setenv("TORCH_FR_DUMP_TEMP_FILE", str(tmp_path / "trace_rank_"))
+
+    def dump_repeatedly(_: int) -> list:
+        return [my_rdma2_collectives.dump_flight_record() for _ in range(200)]
+
+    with ThreadPoolExecutor(4) as pool:
+        paths = set().union(*pool.map(dump_repeatedly, range(4)))
+    assert paths == {str(tmp_path / "trace_rank_0")}, paths
+    assert os.listdir(tmp_path) == ["trace_rank_0"], os.listdir(tmp_path)
+    with open(tmp_path / "trace_rank_0", "rb") as f:
+        assert pickle.load(f)["version"] == "2.10"
