@@ -1106,8 +1106,11 @@ def dead_rank(ctx: Ctx) -> None:
 
     if ctx.index == ctx.world - 1:
         os._exit(3)  # dies without a word
-    with pytest.raises(RuntimeError, match=rf"Backend {BACKEND} \(rank {ctx.index}\): {PROBE}.* timeout "):
+    with pytest.raises(RuntimeError, match=rf"Backend {BACKEND} \(rank {ctx.index}\): {PROBE}.* timeout ") as failed:
         probe(ctx).wait()
+    # The survivors asked the others which collective they reached: the dead rank could not say.
+    dead = f"rank {ctx.world - 1} did not say which collective it reached"
+    assert f"of the group; {dead}" in str(failed.value), failed.value
 
 
 def mismatch(ctx: Ctx) -> None:
