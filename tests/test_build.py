@@ -169,3 +169,44 @@ def test_mpi_extension_finds_pip_mpich_relative_to_itself(built_mpi: Built, tmp_
         if extra.is_dir() and not (moved / "lib" / extra.name).exists():
             (moved / "lib" / extra.name).symlink_to(extra)
     assert loaded_from(site, package, soname) == str(moved / "lib" / soname)
+
+
+TWO_BACKENDS = """
+import sys
+import torch
+import torch.distributed as dist
+import dummy_collectives, store_all_collectives  # both register, in one process
+
+rank = int(sys.argv[1])
+url = "tcp://127.0.0.1:" + sys.argv[2]
+dist.init_process_group("store_all", init_method=url, rank=rank, world_size=2)
+dummies = dist.new_group(backend="dummy")
+summed, zeroed = torch.full((4,), rank + 1.0), torch.full((4,), rank + 1.0)
+dist.all_reduce(summed)
+dist.all_reduce(zeroed, group=dummies)
+assert summed.tolist() == [3.0] * 4, summed  # store_all sums
+assert zeroed.tolist() == [0.0] * 4, zeroed  # the dummy zeroes
+assert dist.get_backend() == "store_all" and dist.get_backend(dummies) == "dummy"
+dist.destroy_process_group()
+print("ok", rank)
+"""
+
+
+def test_two_generated_backends_each_with_a_working_group_in_one_process(
+    built_dummy: Built, built_store: Built
+) -> None:
+    """Two projects' extensions load side by side, and each backend serves its own group."""
+    from new_backend.validate import DEFAULT_NAME
+
+    assert built_dummy.answers["backend_name"] == DEFAULT_NAME == "dummy"
+    env = {**os.environ, "PYTHONPATH": f"{built_dummy.site}:{built_store.site}"}
+    port = subprocess.run(
+        [sys.executable, "-c", "import dummy_collectives; print(dummy_collectives.free_port())"],
+        env=env, capture_output=True, text=True, check=True, timeout=300,
+    ).stdout.strip()  # fmt: skip
+    command = [sys.executable, "-c", TWO_BACKENDS]
+    output = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True}
+    ranks = [subprocess.Popen([*command, str(rank), port], env=env, **output) for rank in range(2)]
+    said = [rank.communicate(timeout=300)[0] for rank in ranks]
+    assert [rank.returncode for rank in ranks] == [0, 0], said
+    assert [s.strip().splitlines()[-1] for s in said] == ["ok 0", "ok 1"], said

@@ -38,6 +38,8 @@ BAD_NAMES = {
         f"built-in {name}": name
         for name in ("gloo", "nccl", "mpi", "ucc", "xccl", "fake", "undefined", "threaded")
     },
+    **{f"device {name}": name for name in ("cuda", "cpu", "npu", "privateuseone")},
+    "torch": "torch",
 }
 
 BAD_OPS = {
@@ -61,6 +63,8 @@ BAD_DEVICES = {
     "duplicate in other case": "cpu,CPU",
     "empty": "",
     "empty entry": "cpu,,cuda",
+    "typo of cuda": "cpu,cdua",
+    "PrivateUse1 as spelled in C++": "cpu,PrivateUse1",
 }
 
 
@@ -174,6 +178,39 @@ def test_unknown_option_is_one_line_usage_error(run: Cli, out: Path, user_file: 
 def test_unknown_op_suggests_a_close_match(run: Cli, typo: str, meant: str) -> None:
     line = assert_one_line_error(run("x", "--ops", typo), 2)
     assert re.search(rf"did you mean .*\b{meant}\b", line), line
+
+
+@pytest.mark.parametrize(
+    ("devices", "meant"),
+    [("cpu,cdua", "cuda"), ("cdua", "cuda"), ("cpu,cud", "cuda"), ("xpuu", "xpu")],
+)
+def test_a_mistyped_device_suggests_torch_s_name(run: Cli, devices: str, meant: str) -> None:
+    line = assert_one_line_error(run("x", "--devices", devices), 2)
+    assert f"did you mean {meant}?" in line, line
+
+
+def test_private_use_one_is_named_as_torch_names_it(run: Cli) -> None:
+    line = assert_one_line_error(run("x", "--devices", "cpu,PrivateUse1"), 2)
+    assert "privateuseone" in line, line
+
+
+@pytest.mark.parametrize("devices", ["cpu,npu", "hpu", "cpu,xpu", "cpu,cudax2"])
+def test_devices_one_letter_apart_are_not_typos(run: Cli, devices: str) -> None:
+    """npu, hpu and xpu are all real devices: a changed letter is no typo."""
+    assert run("x", "--devices", devices, "--dry-run").exit_code == 0
+
+
+@pytest.mark.parametrize(
+    ("name", "why"), [("cuda", "device type"), ("npu", "device type"), ("torch", "TORCH_*")]
+)
+def test_a_name_that_is_a_device_or_torch_s_own_says_why(run: Cli, name: str, why: str) -> None:
+    line = assert_one_line_error(run(name), 2)
+    assert why in line, line
+
+
+def test_all_among_other_ops_says_to_give_it_alone(run: Cli) -> None:
+    line = assert_one_line_error(run("x", "--ops", "all,broadcast"), 2)
+    assert "'all' already selects every op" in line and "unknown op" not in line, line
 
 
 def test_duplicate_alias_names_both_spellings(run: Cli) -> None:
@@ -607,3 +644,55 @@ def test_ops_hpp_says_the_op_bodies_get_non_contiguous_tensors(run: Cli, out: Pa
     blocks = hpp.split("void abort(Communicator& comm);\n\n")[1].split("\n\n")
     assert blocks[0].startswith("// The ops. Every tensor they receive may be non-contiguous")
     assert blocks[1].startswith("// ")  # each op keeps its own comment
+
+
+@pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGINT"])
+def test_a_signal_at_any_moment_leaves_no_staging_folder_and_no_traceback(
+    tmp_path: Path, signal_name: str
+) -> None:
+    """SIGTERM or Ctrl-C while the command imports, renders or renames: one line, nothing left.
+
+    The project is either whole (the signal came after the rename) or absent.
+    """
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    number = getattr(signal, signal_name)
+    for delay in (0.15, 0.3, 0.45, 0.6, 0.8, 1.0):
+        out = tmp_path / f"out-{delay}"
+        out.mkdir()
+        process = subprocess.Popen(
+            [sys.executable, "-m", "new_backend", "x"], cwd=out,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        time.sleep(delay)
+        process.send_signal(number)
+        _, stderr = process.communicate(timeout=60)
+        left = sorted(p.name for p in out.iterdir())
+        assert left in ([], ["x"]), f"{signal_name} after {delay} s left {left}"
+        assert "Traceback" not in stderr, stderr
+        if left:  # done before the signal came
+            assert process.returncode in (0, 128 + number), (process.returncode, stderr)
+            assert (out / "x" / ".new-backend.json").is_file(), "a partial project"
+        else:
+            assert process.returncode in (-number, 128 + number), (process.returncode, stderr)
+            lines = [line for line in stderr.splitlines() if line]
+            assert lines in ([], ["Error: terminated"], ["Error: interrupted"]), stderr
+
+
+def test_a_full_disk_names_the_folder(
+    run: Cli, out: Path, user_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ENOSPC carries no file name: the error names the output folder, and nothing is left."""
+    import errno
+
+    def full(*args: object, **kwargs: object) -> str:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(new_backend.generate, "cookiecutter", full)
+    before = listing(out)
+    line = assert_one_line_error(run("x"), 1)
+    assert line == f"Error: writing the project into {out}: No space left on device", line
+    assert listing(out) == before

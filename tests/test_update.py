@@ -123,6 +123,8 @@ LANDED_KITS = {
     "50606e2558b45e32": "0.2.3",
     "1ad9c72179b81c50": "0.2.4",
     "8b1f21d45fcbefa4": "0.2.5",
+    "fbc2f41b49698a76": "0.2.6",
+    "03419e3fba1df937": "0.2.7",
 }
 
 
@@ -296,6 +298,13 @@ def test_adding_ops_keeps_the_bodies_the_user_wrote(run: Cli, out: Path) -> None
     assert recorded["devices"] == ["cpu", "cuda"]
     assert "void allgather(" not in ops.read_text()
     assert run("check", "mycpu").exit_code == 0
+
+    # A list without signs that leaves an op out drops nothing, and says how to add.
+    before = ops.read_text()
+    line = assert_one_line_error(run("update", "mycpu", "--ops", "alltoall"), 2)
+    assert "would drop broadcast, allreduce, reduce_scatter" in line and "+alltoall" in line, line
+    assert ops.read_text() == before
+    assert json.loads((project / ".new-backend.json").read_text())["ops"] == recorded["ops"]
 
 
 @pytest.mark.parametrize(

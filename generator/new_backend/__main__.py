@@ -1,5 +1,5 @@
 """Allow ``python -m new_backend``."""
 
-from new_backend.cli import main
+from new_backend.command import main
 
 main()

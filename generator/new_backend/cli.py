@@ -18,6 +18,7 @@ import click
 
 from new_backend import __version__
 from new_backend.catalogue import load_catalogue
+from new_backend.command import INTERRUPTED, TERMINATED, Terminated
 from new_backend.exceptions import (
     AnswersFileError,
     ConflictError,
@@ -72,8 +73,10 @@ class OneLineErrors(click.Command):
             self._fail(e.format_message(), e.exit_code)
         except click.ClickException as e:
             self._fail(e.format_message(), e.exit_code)
-        except click.Abort:
-            self._fail("aborted", 1)
+        except click.Abort:  # click's word for Ctrl-C
+            self._fail("interrupted", INTERRUPTED)
+        except Terminated:  # SIGTERM (new_backend.command)
+            self._fail("terminated", TERMINATED)
         except NewBackendError as e:
             self._fail(str(e), e.exit_code)
         except OSError as e:  # the file system refused: one line, not a traceback
@@ -290,8 +293,8 @@ def _report(result: GenerationResult) -> None:
     "--ops",
     metavar="CHANGES",
     help="Change the ops: '+broadcast,+reduce_scatter' adds, '-allgather' removes (adding an "
-    "op the project has, or removing one it lacks, changes nothing), a list without signs "
-    "replaces them.",
+    "op the project has, or removing one it lacks, changes nothing); a list without signs "
+    "is the whole new list, and must keep the project's ops (drop one with -op).",
 )
 @click.option("--devices", type=DEVICE_LIST, help="Register the backend for these devices.")
 @click.option("--impl", type=click.Choice(IMPLEMENTATIONS), help="Change the implementation.")

@@ -58,3 +58,7 @@ class BaseUnavailableError(NewBackendError):
 
 class ConflictError(NewBackendError):
     """``update`` left conflict markers in some files: the user must resolve them."""
+
+
+class WriteError(NewBackendError):
+    """The file system refused to take the rendered project (a full disk, a quota)."""

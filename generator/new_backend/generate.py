@@ -27,6 +27,7 @@ from new_backend.exceptions import (
     OutputDirError,
     TargetExistsError,
     TemplateError,
+    WriteError,
 )
 from new_backend.merge import unified_diff
 from new_backend.validate import DEFAULT_DEVICES, DEFAULT_NAME, DEFAULT_OPS, Answers
@@ -114,7 +115,15 @@ def generate_project(
     except OSError as e:
         raise OutputDirError(f"output directory {output_dir}: {e.strerror or e}") from None
     try:
-        rendered = _render(answers, staging)
+        try:
+            rendered = _render(answers, staging)
+        except OSError as e:
+            if e.filename:
+                raise
+            # A full disk or a quota says so without a file name: name the folder.
+            raise WriteError(
+                f"writing the project into {output_dir.resolve()}: {e.strerror or e}"
+            ) from None
         files = _list_files(rendered)
         backup = None
         if exists:

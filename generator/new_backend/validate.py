@@ -138,6 +138,8 @@ NOT_DEVICES = {
     "gpu": "torch calls NVIDIA and AMD GPUs cuda",
     "meta": "meta tensors hold no data to communicate",
     "privateuseone": "name the out-of-tree device as its package renames PrivateUse1 (npu, say)",
+    "privateuse1": "torch names the PrivateUse1 device privateuseone until its package renames "
+    "it; name the device as the package does (npu, say)",
     **{
         name: "it is one of torch's own device types, which generated backends do not serve"
         for name in ("xla", "lazy", "ipu", "ve", "vulkan", "metal", "mkldnn", "opengl",
@@ -146,6 +148,10 @@ NOT_DEVICES = {
 }  # fmt: skip
 #: An out-of-tree (PrivateUse1) device's name, as torch.utils.rename_privateuse1_backend takes it.
 DEVICE_PATTERN = re.compile(r"[a-z][a-z0-9_]*")
+#: Device types, torch's and those well-known out-of-tree packages register: no backend's name.
+DEVICE_NAMES = frozenset(DEVICES) | frozenset(NOT_DEVICES) | {"npu", "musa", "gcu", "mlu", "sdaa"}
+#: torch's own names, whose upper-case prefix (TORCH_*) torch's environment variables use.
+TORCH_NAMES = frozenset({"torch", "pytorch", "c10", "c10d", "aten", "caffe2", "distributed"})
 IMPLEMENTATIONS = ("dummy", "store", "mpi", "ucx")
 DEFAULT_NAME = "dummy"
 DEFAULT_OPS = ("allreduce", "allgather")
@@ -179,6 +185,18 @@ def validate_name(name: str) -> str:
         raise InvalidAnswerError(
             "backend name", f"{name!r} is already a torch.distributed backend name; pick another"
         )
+    if name in DEVICE_NAMES:
+        raise InvalidAnswerError(
+            "backend name",
+            f"{name!r} is a device type: torch.distributed reads '{name}:...' in a backend "
+            "string such as 'cpu:gloo,cuda:nccl' as a device; pick another",
+        )
+    if name in TORCH_NAMES:
+        raise InvalidAnswerError(
+            "backend name",
+            f"{name!r} is one of torch's own names: the backend's options would be read from "
+            f"{name.upper()}_* environment variables, which are torch's; pick another",
+        )
     return name
 
 
@@ -208,6 +226,10 @@ def resolve_ops(ops: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
         raise InvalidAnswerError("ops", f"{','.join(items)!r} has an empty entry")
     if [i.lower() for i in items] == ["all"]:
         return catalogue.names
+    if "all" in (i.lower() for i in items):
+        raise InvalidAnswerError(
+            "ops", f"{','.join(items)!r}: 'all' already selects every op; give it alone"
+        )
     chosen: dict[str, str] = {}
     for item in items:
         op = catalogue.get(item)
@@ -244,6 +266,13 @@ def validate_devices(devices: str | list[str] | tuple[str, ...]) -> tuple[str, .
                 f"{item!r} is not a device name; choose from {', '.join(DEVICES)}, or name an "
                 "out-of-tree device as it registers itself (lower case, like npu)",
             )
+        typo = next((device for device in DEVICES if _mistyped(item, device)), None)
+        if item not in DEVICES and typo is not None:
+            raise InvalidAnswerError(
+                "devices",
+                f"{item!r} is not a device torch knows; did you mean {typo}? (An out-of-tree "
+                "device is named as its package renames PrivateUse1, like npu.)",
+            )
     if len(set(items)) != len(items):
         raise InvalidAnswerError("devices", f"{','.join(items)!r} lists a device twice")
     private = [item for item in items if item not in DEVICES]
@@ -254,6 +283,20 @@ def validate_devices(devices: str | list[str] | tuple[str, ...]) -> tuple[str, .
             "type (PrivateUse1) per process",
         )
     return tuple(d for d in DEVICES if d in items) + tuple(private)
+
+
+def _mistyped(name: str, device: str) -> bool:
+    """Whether ``name`` is ``device`` with two letters swapped, or one letter more or less.
+
+    Not one letter changed: npu, hpu and xpu are all real devices.
+    """
+    if len(name) == len(device):
+        diffs = [i for i, (a, b) in enumerate(zip(name, device, strict=True)) if a != b]
+        return len(diffs) == 2 and diffs[1] == diffs[0] + 1 and sorted(name) == sorted(device)
+    longer, shorter = (name, device) if len(name) > len(device) else (device, name)
+    if len(longer) != len(shorter) + 1 or len(shorter) < 3:
+        return False
+    return any(longer[:i] + longer[i + 1 :] == shorter for i in range(len(longer)))
 
 
 def validate_impl(impl: str) -> str:
@@ -324,15 +367,27 @@ def change_ops(
     """Apply ``--ops`` of ``new-backend update`` to a project's ops.
 
     ``"+broadcast,+reduce_scatter"`` adds ops, ``"-allgather"`` removes one
-    (signs can be mixed); a list without signs replaces the ops, as in
-    ``new-backend --ops``. Adding an op the project has, or removing one it
-    lacks, changes nothing and says so in ``notes`` (when given). Returns
+    (signs can be mixed); a list without signs is the whole list, as in
+    ``new-backend --ops``, and must keep every op the project has: an op is
+    dropped by ``-op``, never by leaving it out. Adding an op the project
+    has, or removing one it lacks, changes nothing and says so in ``notes``
+    (when given). Returns
     canonical names in catalogue order.
     """
     items = _items("ops", spec)
     signed = [item for item in items if item[:1] in ("+", "-")]
     if not signed:
-        return resolve_ops(spec)
+        ops = resolve_ops(spec)
+        dropped = [name for name in current if name not in ops]
+        if dropped:
+            adding = ",".join(f"+{name}" for name in ops if name not in current)
+            raise InvalidAnswerError(
+                "ops",
+                f"{spec!r} would drop {', '.join(dropped)}, which the project has: to add ops, "
+                f"sign them ({adding or '+op'}); to drop one, say so "
+                f"({','.join('-' + name for name in dropped)})",
+            )
+        return ops
     if len(signed) != len(items):
         raise InvalidAnswerError(
             "ops", f"{spec!r} mixes +op/-op changes with plain names; sign every op or none"

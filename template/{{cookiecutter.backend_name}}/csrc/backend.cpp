@@ -595,7 +595,7 @@ void {{ p.work_class }}::run() {
           cancelled_, &later_, &sourceRank_, *health_};
       body_(ctx, *this);
     } catch (...) {
-      error = backendError(describe() + " failed: " + errorMessage(std::current_exception()));
+      error = backendError(failure(std::current_exception()));
       later_ = nullptr;
     }
   }
@@ -636,7 +636,7 @@ bool {{ p.work_class }}::tryPoll() {
       const c10::OptionalStreamGuard onStream(stream());
       completed = later_();
     } catch (...) {
-      error = backendError(describe() + " failed: " + errorMessage(std::current_exception()));
+      error = backendError(failure(std::current_exception()));
       completed = true;
     }
   }
@@ -706,6 +706,9 @@ void {{ p.work_class }}::finish(std::exception_ptr error) {
   if (isCollective()) {
     queue_->unfinishedCollectives.fetch_sub(1);
   }
+  if (monitor_) {  // null for an op that was never issued
+    monitor_->finished();
+  }
   const bool ran = bodyStarted_.load(std::memory_order_acquire);
   if (!error) {
     const std::optional<float> took = ran ? std::optional(milliseconds()) : std::nullopt;
@@ -731,6 +734,24 @@ void {{ p.work_class }}::finish(std::exception_ptr error) {
     self->settle(future);
     self->publish();
   });
+}
+
+std::string {{ p.work_class }}::failure(const std::exception_ptr& error) const {
+  // Past the deadline, the words of a timeout, which callers look for (" timeout ").
+  return describe() +
+      (Clock::now() > deadline_ ? " failed at its " + std::to_string(timeout_.count()) + " ms timeout (" : " failed (") +
+      errorMessage(error) + ")";
+}
+
+void {{ p.work_class }}::expire() {
+  const std::string late = describe() + " did not complete within its " + std::to_string(timeout_.count()) + " ms timeout";
+  if (!bodyStarted_.load(std::memory_order_acquire)) {
+    finish(backendError(late + ": it never started, as the ops before it on this rank took that long"));
+  } else {
+    finish(backendError(
+        late + ": on this rank, ops::" + op_ + (inFlight() ? "'s done function (OpContext::completeLater)" : "") +
+        " did not give up at the deadline, as it must once ctx.expired() is true (ops.hpp)"));
+  }
 }
 
 std::exception_ptr {{ p.work_class }}::explained(std::exception_ptr error) {
@@ -875,6 +896,11 @@ namespace {
 std::mutex worldMutex;
 std::weak_ptr<Library> world;
 
+uint64_t nextGroupUid() {
+  static std::atomic<uint64_t> uids{0};
+  return uids.fetch_add(1);
+}
+
 } // namespace
 
 {{ p.backend_class }}::{{ p.backend_class }}(
@@ -887,7 +913,8 @@ std::weak_ptr<Library> world;
       library_(std::move(library)),
       options_(std::move(options)),
       timeoutMs_(timeout.count()),
-      monitor_(GroupMonitor::watched(group_, library_->store())) {}
+      uid_(nextGroupUid()),
+      monitor_(GroupMonitor::watched(group_, library_->store(), uid_)) {}
 
 {{ p.backend_class }}::~{{ p.backend_class }}() {
   shutdown();
@@ -1043,8 +1070,7 @@ c10::intrusive_ptr<c10d::Work> {{ p.backend_class }}::enqueue(
 const std::shared_ptr<const RecordedGroup>& {{ p.backend_class }}::recordedGroup() {
   if (!recorded_) {
     auto recorded = std::make_shared<RecordedGroup>();
-    static std::atomic<uint64_t> uids{0};
-    recorded->uid = uids.fetch_add(1);
+    recorded->uid = uid_;
     recorded->name = getGroupUid().empty() ? group_->id : getGroupUid();
     recorded->desc = getGroupDesc().empty() ? "undefined" : getGroupDesc();
     recorded->ranks = group_->globalRanks;
@@ -1084,6 +1110,7 @@ c10::intrusive_ptr<c10d::Work> {{ p.backend_class }}::issue(
       monitor_->entered(collectives_);
     }
     work->monitor_ = monitor_;
+    monitor_->issued();
     const bool p2p = !work->isCollective();
     work->record_ = recordOp(OpRecord{
         recordedGroup(), op, group_->rank, peer, p2p, p2p ? collectives_ : work->collective_,

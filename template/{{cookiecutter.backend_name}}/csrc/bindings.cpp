@@ -7,7 +7,31 @@
 // {{ p.package }}/__init__.py.
 #include <torch/csrc/utils/pybind.h>
 
+#include <string>
+#include <type_traits>
+#include <utility>
+
 #include "backend.hpp"
+
+namespace {
+
+// The Python type a field of Options takes, as a user would write it.
+template <typename Field>
+const char* pythonTypeName() {
+  if constexpr (std::is_same_v<Field, bool>) {
+    return "a bool";
+  } else if constexpr (std::is_integral_v<Field>) {
+    return "an int";
+  } else if constexpr (std::is_floating_point_v<Field>) {
+    return "a float";
+  } else if constexpr (std::is_same_v<Field, std::string>) {
+    return "a str";
+  } else {
+    return "another type";
+  }
+}
+
+} // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.doc() = "C++ core of the \"{{ p.name }}\" torch.distributed backend.";
@@ -31,8 +55,23 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
         return self.cast<{{ p.package }}::Options>();
       }),
       "Options(**fields): the environment's values, then these fields.");
+  // A value of the wrong type is a TypeError naming the field and the type it takes.
   {{ p.package }}::describeOptions([&options](const char* name, auto member, const char* doc) {
-    options.def_readwrite(name, member, doc);
+    using Field = std::remove_reference_t<decltype(std::declval<{{ p.package }}::Options&>().*member)>;
+    options.def_property(
+        name,
+        [member](const {{ p.package }}::Options& self) { return self.*member; },
+        [member, name](
+            {{ p.package }}::Options& self, const py::object& value) {
+          try {
+            self.*member = value.cast<Field>();
+          } catch (const py::cast_error&) {
+            throw py::type_error(
+                std::string("{{ p.name }}: Options.") + name + " takes " + pythonTypeName<Field>() + ", not " +
+                py::repr(value).cast<std::string>());
+          }
+        },
+        doc);
   });
   options.def("__repr__", [](const py::object& self) {
     std::string text = "Options(";

@@ -391,6 +391,25 @@ inline void receiveLater(const OpContext& ctx, at::Tensor& tensor, int src, int 
   });
 }
 
+// Sends `tensor` (contiguous, in host memory) to `dst` with the user's `tag`,
+// and completes the op once UCX is done with the message, as gloo's and MPI's
+// sends complete: a message UCX sends eagerly at once, one above its
+// rendezvous threshold (UCX_RNDV_THRESH) once the receiver has taken it. So
+// a completed send is delivered whatever this rank does next, destroying its
+// group or exiting included, and its tensor may be reused.
+inline void sendLater(const OpContext& ctx, const at::Tensor& tensor, int dst, int tag) {
+  struct Pending {
+    Pending(const OpContext& context, UcxComm& comm) : ctx(context), messages(ctx, comm) {}
+    const OpContext ctx;
+    UcxMessages messages;  // declared last: destroyed first, while ctx lives
+  };
+  auto pending = std::make_shared<Pending>(ctx, ucx(ctx));
+  pending->messages.sendTagged(tensor, dst, tag);
+  if (!pending->messages.test()) {
+    ctx.completeLater([pending] { return pending->messages.waitFor(std::chrono::milliseconds(0)); });
+  }
+}
+
 // acc = acc (op) x, element by element.
 inline void reduceInto(at::Tensor& acc, const at::Tensor& x, Reduction op) {
   switch (op) {
@@ -626,7 +645,7 @@ std::shared_ptr<Communicator> init(const GroupInfo& group) {
   // Your library's communicator is created here: rank 0 makes a unique id,
   // group.store.set("id", ...) publishes it, the others group.store.get("id").
 {%- elif p.impl == "store" %}
-  comm->exchange = std::make_shared<StoreExchange>(group.store);
+  comm->exchange = std::make_shared<StoreExchange>(group.store, group.backend, group.name);
 {%- elif p.impl == "mpi" %}
   // Collective over the group's processes: a communicator of MPI_COMM_WORLD.
   comm->mpi = std::make_shared<MpiComm>(group.backend, group.globalRanks, group.rank, group.world);

@@ -27,6 +27,9 @@ constexpr auto kMaxSleep = std::chrono::microseconds(2000);
 // How long a wait sleeps when the worker cannot be armed (UCX has work that
 // no event will announce, such as a send queued for a peer slow to take it).
 constexpr auto kBusyPause = std::chrono::microseconds(50);
+// How long the helper thread sleeps at most between rounds of progress on
+// the messages of failed ops, which nobody waits for.
+constexpr auto kAbandonedSleep = std::chrono::microseconds(10000);
 
 // Throws with UCX's own words for `status`.
 void checkUcx(ucs_status_t status, const char* what) {
@@ -250,12 +253,13 @@ void UcxComm::abandon(std::vector<UcxRequest> requests) {
 
 void UcxComm::progressAbandoned() {
   std::unique_lock<std::mutex> lock(mutex_);
+  auto nap = kFirstSleep;
   for (;;) {
     wake_.wait(lock, [this] { return stopping_ || !abandoned_.empty(); });
     if (stopping_) {
       return;
     }
-    ucp_worker_progress(worker_);
+    const bool moved = ucp_worker_progress(worker_) != 0;
     auto finished = [](const UcxRequest& r) {
       if (ucp_request_check_status(r.request) == UCS_INPROGRESS) {
         return false;
@@ -264,12 +268,23 @@ void UcxComm::progressAbandoned() {
       return true;
     };
     abandoned_.erase(std::remove_if(abandoned_.begin(), abandoned_.end(), finished), abandoned_.end());
-    if (!abandoned_.empty()) {
-      // Let the op threads have the worker between rounds.
-      lock.unlock();
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-      lock.lock();
+    if (abandoned_.empty()) {
+      continue;
     }
+    // Nobody waits for these messages: sleep on the worker's events, longer
+    // each time nothing moved, so that a peer slow to take them costs no core.
+    // The op threads have the worker meanwhile.
+    nap = moved ? kFirstSleep : std::min(2 * nap, kAbandonedSleep);
+    const bool armed = ucp_worker_arm(worker_) == UCS_OK;  // else UCX has work no event announces
+    lock.unlock();
+    if (armed) {
+      pollfd event{eventFd_, POLLIN, 0};
+      const timespec timeout{0, static_cast<long>(std::chrono::nanoseconds(nap).count())};
+      ::ppoll(&event, 1, &timeout, nullptr);
+    } else {
+      std::this_thread::sleep_for(nap);
+    }
+    lock.lock();
   }
 }
 
@@ -403,11 +418,6 @@ bool UcxMessages::cancelReceives() {
     }
   }
   return matched;
-}
-
-void UcxMessages::detach() {
-  comm_.abandon(std::move(pending_));
-  pending_.clear();
 }
 
 } // namespace {{ p.package }}

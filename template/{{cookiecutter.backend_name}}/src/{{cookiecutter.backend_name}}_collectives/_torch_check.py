@@ -51,9 +51,10 @@ def load_error(error: ImportError) -> str:
     point = ""
     if LIBRARY_VARIABLES:
         homes = " or ".join(f"{v}_HOME" for v in LIBRARY_VARIABLES)
+        folders = " and ".join(f"{v}_INCLUDE_DIR and {v}_LIBRARY_DIR" for v in LIBRARY_VARIABLES)
         point = (
             f", pointing the build at the library with {homes}=/its/prefix (or"
-            " <NAME>_INCLUDE_DIR and <NAME>_LIBRARY_DIR, or PKG_CONFIG_PATH for pkg-config)"
+            f" {folders}, or PKG_CONFIG_PATH for pkg-config)"
         )
     return (
         f"the {{ p.name }} backend ({{ p.package }}) cannot load {missing[1]}, a library its"

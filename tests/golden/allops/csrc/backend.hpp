@@ -196,6 +196,9 @@ void recordStarted(int64_t id);
 // The recorded op finished: `state` is "completed", "failed" or "timed out";
 // `error` says why it failed.
 void recordFinished(int64_t id, const char* state, std::optional<float> durationMs, const std::string& error);
+// The collective `number` of the group `groupUid` as this rank recorded it,
+// e.g. "all_reduce of Float[4]"; empty when it is not (or no longer) recorded.
+std::string recordedCollective(uint64_t groupUid, uint64_t number);
 // This process's record, pickled as c10d's FlightRecorder dumps it.
 std::string pickledRecord();
 // Writes the record to TORCH_FR_DUMP_TEMP_FILE<globalRank>; returns the path.
@@ -205,22 +208,41 @@ std::string dumpRecord(int64_t globalRank);
 // of one group; shared by the backend and its ops.
 class GroupMonitor : public std::enable_shared_from_this<GroupMonitor> {
  public:
-  GroupMonitor(std::shared_ptr<Group> group, std::shared_ptr<Bootstrap> store);
-  // A monitor watched once a second for a timeout of a peer (poll()).
-  static std::shared_ptr<GroupMonitor> watched(std::shared_ptr<Group> group, std::shared_ptr<Bootstrap> store);
+  // `uid`: the group's pg_id in the flight recorder.
+  GroupMonitor(std::shared_ptr<Group> group, std::shared_ptr<Bootstrap> store, uint64_t uid);
+  // A monitor the process's watcher looks at once a second (stuck(), poll()).
+  static std::shared_ptr<GroupMonitor> watched(
+      std::shared_ptr<Group> group, std::shared_ptr<Bootstrap> store, uint64_t uid);
 
   // This rank entered (issued) `count` collectives of the group so far.
   void entered(uint64_t count) {
     entered_.store(count, std::memory_order_relaxed);
   }
+  // An op of the group was issued; one finished (completed or failed).
+  void issued() {
+    outstanding_.fetch_add(1, std::memory_order_relaxed);
+  }
+  void finished() {
+    finished_.fetch_add(1, std::memory_order_relaxed);
+    outstanding_.fetch_sub(1, std::memory_order_relaxed);
+  }
+  // From the watcher, once a second: whether an op of the group was under
+  // way at this look and the last, and none finished in between. Only then
+  // does the process talk to the store (poll()): a healthy group sends
+  // nothing between its ops, and a process whose store's host exited first
+  // has no request on its way to be refused.
+  bool stuck();
   // For the collective `number`, failed here past its deadline: asks the
-  // other ranks which collective each reached, and returns what they said,
-  // e.g. "rank 2 never entered it (its last collective was #3)"; within a
-  // few seconds, whatever the others do. Every rank of the group dumps its record.
+  // other ranks which collective each reached and what each entered as
+  // `number`, and returns what they said, e.g. "rank 2 never entered it (its
+  // last collective was #3)" or "rank 2 entered broadcast of Float[4] as #4,
+  // where this rank entered all_reduce of Float[4]"; within a few seconds,
+  // whatever the others do. Every rank of the group dumps its record.
   std::string explain(uint64_t number);
   // Dumps the record on another thread, where dumps on timeout are on.
   void dumpSoon() const;
-  // From the watcher: when a peer asked (explain()), answers, and dumps.
+  // From the watcher, while an op of the process is stuck: when a peer asked
+  // (explain()), answers, and dumps.
   void poll();
   // At the group's destruction: takes its keys out of the store.
   void close();
@@ -233,17 +255,29 @@ class GroupMonitor : public std::enable_shared_from_this<GroupMonitor> {
   void completed(uint64_t key, std::optional<float> durationMs);
 
  private:
-  void answer();
+  // Says which collective this rank reached, and what it entered as `number`.
+  void answer(uint64_t number);
+
+  // A connection to the group's store of its own, opened on first use:
+  // another thread may block the group's own for long (a wait for keys holds
+  // a TCPStore's connection).
+  c10d::Store& store();
 
   const std::shared_ptr<Group> group_;
-  // A connection to the group's store of its own: another thread may block
-  // the group's own for long (a wait for keys holds a TCPStore's connection).
-  const c10::intrusive_ptr<c10d::Store> store_;
+  const std::shared_ptr<Bootstrap> bootstrap_;
+  const uint64_t uid_;
+  std::mutex storeMutex_;
+  c10::intrusive_ptr<c10d::Store> store_;  // see store()
   std::atomic<uint64_t> entered_{0};    // the collectives this rank entered
+  std::atomic<int64_t> outstanding_{0};  // ops issued and not finished
+  std::atomic<uint64_t> finished_{0};    // ops finished
+  bool wasOutstanding_ = false;          // what stuck() saw last (the watcher's own)
+  uint64_t finishedBefore_ = 0;
   std::atomic<bool> answered_{false};   // its answer is in the store
   std::atomic<bool> asked_{false};      // this rank asked the others
   std::atomic<int> explaining_{0};      // explain() calls under way (its own dump follows)
   std::atomic<bool> closed_{false};
+  std::mutex keysMutex_;  // this rank's keys are written (answer(), explain()) or deleted (close()) under it
   std::atomic<bool> hasHooks_{false};
   std::mutex hooksMutex_;
   std::vector<std::pair<int64_t, CompletionHook>> hooks_;
@@ -392,12 +426,11 @@ class WorkAllops : public c10d::Work {
   // Fails an op its queue did not take (the group was destroyed) and polls
   // it on this thread until it gives up.
   void abandon();
-  // Fails the op, past its deadline and grace (the Runtime and wait() do).
-  void expire() {
-    finish(backendError(
-        describe() + " did not complete within its " + std::to_string(timeout_.count()) +
-        " ms timeout (a peer may have failed, or not called " + op_ + ")"));
-  }
+  // Fails the op, past its deadline and grace (the Runtime and wait() do). A
+  // body that honours ctx.expired() has failed by then with its own reason,
+  // so the reason is on this rank: a body or done function that did not give
+  // up, or, for an op that never started, the ops before it.
+  void expire();
 
   bool done() const {
     return done_.load(std::memory_order_acquire);
@@ -418,6 +451,8 @@ class WorkAllops : public c10d::Work {
  private:
   friend class BackendAllops;
 
+  // The error of a body or done function that threw `error`.
+  std::string failure(const std::exception_ptr& error) const;
   // Why the op must not start (null when it may).
   std::exception_ptr refusal() const;
   // Drops the done function (and what it holds), then the op's hold on the library.
@@ -724,6 +759,8 @@ class BackendAllops : public WithSplitting<c10d::Backend> {
   uint64_t ops_ = 0;          // ops issued so far (each Work's sequence number)
   uint64_t collectives_ = 0;  // collectives issued so far
   std::shared_ptr<const RecordedGroup> recorded_;  // see recordedGroup()
+  // The group's pg_id: groups are created in the same order on every rank.
+  const uint64_t uid_;
   const std::shared_ptr<GroupMonitor> monitor_;
   WorkQueue queue_;     // every op but the receives
   WorkQueue receives_;  // recv and recvAnysource

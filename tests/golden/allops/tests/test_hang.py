@@ -3,7 +3,8 @@
 Every op is recorded in c10d's flight recorder format; when a collective
 times out, its error names the ranks that never entered it, and every rank
 writes its record where TORCH_FR_DUMP_TEMP_FILE says, which torch's analyser
-(torchfrtrace, ``python -m torch.distributed.flight_recorder.fr_trace``) reads.
+(torchfrtrace, ``python -m torch.distributed.flight_recorder.fr_trace``) reads, on
+every torch through ``python -m allops_collectives.frtrace``.
 """
 
 import os

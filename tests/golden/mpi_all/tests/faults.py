@@ -90,9 +90,10 @@ def late_rank_after_failure(ctx: Ctx) -> None:
     keys_before = _store_keys()
     late = ctx.index == 0
     if late:
-        # After the others' errors: the timeout, then up to a second or two
-        # while they ask which collective each rank reached (the flight recorder).
-        time.sleep(timeout + 3)
+        # After the others' errors: the timeout, then up to 4 s while they ask
+        # which collective each rank reached (the flight recorder), which this
+        # rank, outside the backend, does not answer.
+        time.sleep(timeout + 6)
     barrier = dist.barrier(group=group, async_op=True)
     summed = torch.full((4,), 10.0**ctx.index)
     works = [barrier, dist.all_reduce(summed, group=group, async_op=True)]
@@ -243,6 +244,36 @@ def timed_out_receive_takes_no_message(ctx: Ctx) -> None:
         dist.barrier(group=sync)
         dist.send(torch.full((4,), 1.0), 0, tag=9)
         dist.send(torch.full((4,), 2.0), 0, tag=9)
+
+
+
+def completed_send_is_delivered_after_destroy(ctx: Ctx, count: int = 1 << 20) -> None:
+    """Rank 1 sends 4 MiB and, once the send returned, destroys its group; rank 0 receives it a second later.
+
+    As with gloo, a send that completed is delivered whatever its rank does
+    next: 4 MiB is far above UCX's rendezvous threshold, so UCX holds the
+    message until rank 0 takes it, and a send that completed when it was
+    posted lost it to the teardown.
+    """
+    if not {"send", "recv"} <= ctx.ops or not ctx.real:
+        raise Skip("needs send and recv, and a backend that moves data")
+    sync = _sync_group()
+    group = dist.new_group(ctx.ranks)
+    sent = torch.arange(count, dtype=torch.float32)
+    dist.barrier(group=sync)
+    if ctx.index == 1:
+        start, cpu = time.monotonic(), time.process_time()
+        dist.send(sent, ctx.ranks[0], group=group, tag=4)
+        took, cpu = time.monotonic() - start, time.process_time() - cpu
+        dist.destroy_process_group(group)
+    elif ctx.index == 0:
+        time.sleep(1.5)
+        got = torch.zeros(count)
+        dist.recv(got, ctx.ranks[1], group=group, tag=4)
+        assert torch.equal(got, sent), f"received {got[:4].tolist()}... of {sent[:4].tolist()}..."
+    dist.barrier(group=sync)
+    if ctx.index != 1:
+        dist.destroy_process_group(group)
 
 
 def numbering_across_op_kinds(ctx: Ctx) -> None:
@@ -598,15 +629,22 @@ def profiled_with_sizes(ctx: Ctx, n: int = 37) -> None:
     assert any(args.get("In msg nelems") == n and args.get("dtype") == "Float" for args in comms), comms
 
 
-def skipped_collective(ctx: Ctx) -> str | None:
-    """The last rank never calls the third collective of a group; the others' errors name it.
+def skipped_collective(ctx: Ctx) -> dict:
+    """The last rank skips the third collective of a group; the others' errors name it.
 
-    Every rank waits until it wrote its flight recorder (the timeout dumps it
-    on every rank, the skipping one included), and returns its error's text.
+    A rank says which collective it reached while it waits in an op of the
+    backend, in any group (a healthy group sends nothing to its store between
+    ops): the last rank waits in a collective of a second group, which the
+    others join once they have their errors. Every rank waits until it wrote
+    its flight recorder (the timeout dumps it on every rank, the skipping one
+    included), and returns its error's text and the group's name.
     """
+    import pytest
+
     if PROBE is None:
         raise Skip("the backend has none of the ops the runtime cases use")
     group = dist.new_group(ctx.ranks, timeout=timedelta(seconds=_timeout_s()))
+    other = dist.new_group(ctx.ranks, timeout=timedelta(seconds=120))
     ctx.group = group
     for _ in range(2):
         probe(ctx).wait()
@@ -618,7 +656,10 @@ def skipped_collective(ctx: Ctx) -> str | None:
         message = str(error.value)
         assert f"Backend {BACKEND} (rank {ctx.index}): {PROBE} #2" in message, message
         assert f"it is collective #2 of the group; rank {last} never entered it (its last collective was #1)" in message
-    dist.barrier(group=_sync_group())  # the last rank waits here for the others' errors
+    ctx.group = other
+    probe(ctx).wait()  # the last rank waits here for the others' errors
+    ctx.group = group
+    dist.barrier(group=_sync_group())
     entries = _group_entries(group)
     assert [e["collective_seq_id"] for e in entries] == ([0, 1] if ctx.index == last else [0, 1, 2]), entries
     assert [e["state"] for e in entries[:2]] == ["completed", "completed"], entries
@@ -630,4 +671,38 @@ def skipped_collective(ctx: Ctx) -> str | None:
     while not os.path.exists(dump):
         assert time.monotonic() < give_up, f"rank {ctx.rank} wrote no {dump}"
         time.sleep(0.1)
+    # Dumped again now that the second group's collective completed on every
+    # rank, so that the analyser finds one mismatch only: the skipped collective.
+    import mpi_all_collectives
+
+    dist.barrier(group=_sync_group())
+    assert mpi_all_collectives.dump_flight_record() == dump
+    return {"message": message, "group": group.group_name}
+
+
+def collective_skipped_outside_the_backend(ctx: Ctx) -> str | None:
+    """The last rank skips a collective and waits outside the backend: the others say it did not answer.
+
+    It has no op of the backend under way, so nothing of it talks to the
+    store; the others' errors say why it cannot answer.
+    """
+    import pytest
+
+    if PROBE is None:
+        raise Skip("the backend has none of the ops the runtime cases use")
+    group = dist.new_group(ctx.ranks, timeout=timedelta(seconds=_timeout_s()))
+    ctx.group = group
+    probe(ctx).wait()
+    last = ctx.world - 1
+    message = None
+    if ctx.index != last:
+        with pytest.raises(RuntimeError) as error:
+            probe(ctx).wait()
+        message = str(error.value)
+        assert (
+            f"it is collective #1 of the group; rank {last} did not say which collective it reached within 3 s "
+            "(a rank answers while it waits in an op of this backend: it may be busy outside the backend, "
+            "stopped, or gone)"
+        ) in message, message
+    dist.barrier(group=_sync_group())  # the last rank waits here, outside the backend
     return message

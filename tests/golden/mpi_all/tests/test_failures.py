@@ -69,6 +69,10 @@ def test_a_receive_that_timed_out_takes_no_message():
     run_alone(2, "timed_out_receive_takes_no_message", group_timeout=SHORT_TIMEOUT)
 
 
+def test_a_completed_send_is_delivered_after_the_sender_destroys_its_group(cluster):
+    cluster.run("completed_send_is_delivered_after_destroy")
+
+
 def test_one_sequence_number_per_group():
     run_alone(2, "numbering_across_op_kinds", group_timeout=SHORT_TIMEOUT)
 

@@ -13,8 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import cases
 from cases import OPS
-from harness import Cluster, free_port, mpirun_command
+from harness import BACKEND, Cluster, free_port, mpirun_command
 
 import mpi_all_collectives  # noqa: F401  (imported before forking, on purpose)
 

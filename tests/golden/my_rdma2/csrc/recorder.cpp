@@ -26,10 +26,11 @@
 namespace my_rdma2_collectives {
 namespace {
 
-// How often each group's store is asked whether a peer's collective timed out.
+// How often the watcher looks whether an op of the process is stuck, and then
+// asks each group's store whether a peer's collective timed out.
 constexpr auto kWatchEvery = std::chrono::seconds(1);
 // How long a rank whose collective timed out waits for the others to say which
-// collective they reached: a watcher's period, and time to spare.
+// collective they reached: two of the watcher's periods, and time to spare.
 constexpr auto kAnswerWithin = std::chrono::seconds(3);
 // The keys of that conversation, in the group's store.
 constexpr char kAskedKey[] = "flight_recorder/asked";  // read by the watcher while the process exits
@@ -145,6 +146,28 @@ class Recorder {
     e.thread = std::this_thread::get_id();
     e.retired = false;
     return id;
+  }
+
+  std::string describe(uint64_t groupUid, uint64_t number) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const int64_t first = std::max<int64_t>(0, next_ - static_cast<int64_t>(capacity_));
+    for (int64_t id = next_ - 1; id >= first; --id) {
+      const Entry& e = entries_[static_cast<size_t>(id) % capacity_];
+      if (e.p2p || e.group->uid != groupUid || e.collective != number) {
+        continue;
+      }
+      std::ostringstream text;
+      text << e.name;
+      if (!e.inputDims.empty()) {
+        text << " of " << e.inputDtypes[0] << "[";
+        for (int64_t d = 0; d < e.inputDims[0]; ++d) {
+          text << (d ? ", " : "") << e.sizes[static_cast<size_t>(d)];
+        }
+        text << "]" << (e.inputDims.size() > 1 ? " and " + std::to_string(e.inputDims.size() - 1) + " more" : "");
+      }
+      return text.str();
+    }
+    return "";
   }
 
   void started(int64_t id) {
@@ -341,8 +364,10 @@ class Recorder {
 };
 
 // One thread for the process, started with the first group of more than one
-// rank: once a second, asks each group's store whether a peer's collective
-// timed out (GroupMonitor::poll).
+// rank: once a second, while an op of the process is stuck
+// (GroupMonitor::stuck), asks each group's store whether a peer's collective
+// timed out (GroupMonitor::poll). A rank waiting in any group of the backend
+// answers for all of them; one that waits for none says nothing.
 class Watcher {
  public:
   static Watcher& get() {
@@ -376,8 +401,14 @@ class Watcher {
           }
         }
       }
+      bool stuck = false;
       for (const auto& monitor : live) {
-        monitor->poll();
+        stuck = monitor->stuck() || stuck;  // each monitor looks
+      }
+      for (const auto& monitor : live) {
+        if (stuck) {
+          monitor->poll();
+        }
       }
     }
   }
@@ -433,6 +464,10 @@ void recordStarted(int64_t id) {
 
 void recordFinished(int64_t id, const char* state, std::optional<float> durationMs, const std::string& error) {
   Recorder::get().finished(id, state, durationMs, error);
+}
+
+std::string recordedCollective(uint64_t groupUid, uint64_t number) {
+  return Recorder::get().describe(groupUid, number);
 }
 
 std::string pickledRecord() {
@@ -495,20 +530,45 @@ bool detached(Job job) {
 
 } // namespace
 
-GroupMonitor::GroupMonitor(std::shared_ptr<Group> group, std::shared_ptr<Bootstrap> store)
-    : group_(std::move(group)), store_(group_->size > 1 ? ownConnection(store) : store->c10dStore()) {}
+GroupMonitor::GroupMonitor(std::shared_ptr<Group> group, std::shared_ptr<Bootstrap> store, uint64_t uid)
+    : group_(std::move(group)), bootstrap_(std::move(store)), uid_(uid) {}
 
-std::shared_ptr<GroupMonitor> GroupMonitor::watched(std::shared_ptr<Group> group, std::shared_ptr<Bootstrap> store) {
-  auto monitor = std::make_shared<GroupMonitor>(std::move(group), std::move(store));
+c10d::Store& GroupMonitor::store() {
+  std::lock_guard<std::mutex> lock(storeMutex_);
+  if (!store_) {
+    store_ = group_->size > 1 ? ownConnection(bootstrap_) : bootstrap_->c10dStore();
+    if (store_ != bootstrap_->c10dStore()) {
+      store_->setTimeout(kAnswerWithin);  // a get of a key a peer deleted meanwhile gives up
+    }
+  }
+  return *store_;
+}
+
+bool GroupMonitor::stuck() {
+  const bool outstanding = outstanding_.load(std::memory_order_relaxed) > 0;
+  const uint64_t finished = finished_.load(std::memory_order_relaxed);
+  const bool stuck = outstanding && wasOutstanding_ && finished == finishedBefore_;
+  wasOutstanding_ = outstanding;
+  finishedBefore_ = finished;
+  return stuck;
+}
+
+std::shared_ptr<GroupMonitor> GroupMonitor::watched(
+    std::shared_ptr<Group> group, std::shared_ptr<Bootstrap> store, uint64_t uid) {
+  auto monitor = std::make_shared<GroupMonitor>(std::move(group), std::move(store), uid);
   if (monitor->group_->size > 1) {
     Watcher::get().add(monitor);
   }
   return monitor;
 }
 
-void GroupMonitor::answer() {
-  if (!answered_.exchange(true)) {
-    store_->set(answerKey(group_->rank), bytes(std::to_string(entered_.load())));
+void GroupMonitor::answer(uint64_t number) {
+  const std::lock_guard<std::mutex> lock(keysMutex_);  // close() deletes what is here by then
+  if (!closed_.load() && !answered_.exchange(true)) {
+    // "<collectives entered> <what this rank entered as `number`>"
+    const uint64_t entered = entered_.load();
+    const std::string what = entered > number ? recordedCollective(uid_, number) : "";
+    store().set(answerKey(group_->rank), bytes(std::to_string(entered) + " " + what));
   }
 }
 
@@ -524,11 +584,17 @@ std::string GroupMonitor::explain(uint64_t number) {
   asked_.store(true);
   // On a thread of its own, so that a store that does not answer (its host
   // stopped) holds up nobody past kAnswerWithin.
-  const bool asking = detached([talk, group = group_, store = store_, number, self = shared_from_this()] {
+  const bool asking = detached([talk, group = group_, number, self = shared_from_this()] {
     std::string said;
     try {
-      store->set(kAskedKey, bytes(std::to_string(number)));
-      self->answer();
+      c10d::Store* store = &self->store();
+      {
+        const std::lock_guard<std::mutex> lock(self->keysMutex_);
+        TORCH_CHECK(!self->closed_.load(), "the group was destroyed");
+        store->set(kAskedKey, bytes(std::to_string(number)));
+      }
+      self->answer(number);
+      const std::string mine = recordedCollective(self->uid_, number);
       std::vector<int> others;
       std::vector<std::string> keys;
       for (int rank = 0; rank < group->size; ++rank) {
@@ -548,16 +614,30 @@ std::string GroupMonitor::explain(uint64_t number) {
         const std::string who = "rank " + std::to_string(others[i]);
         if (!all && !store->check({keys[i]})) {
           said += "; " + who + " did not say which collective it reached within " +
-              std::to_string(std::chrono::seconds(kAnswerWithin).count()) + " s (it may have exited or be stopped)";
+              std::to_string(std::chrono::seconds(kAnswerWithin).count()) +
+              " s (a rank answers while it waits in an op of this backend: it may be busy outside the backend, "
+              "stopped, or gone)";
           continue;
         }
-        const std::vector<uint8_t> value = store->get(keys[i]);
-        const uint64_t entered = std::stoull(std::string(value.begin(), value.end()));
+        std::vector<uint8_t> value;
+        try {
+          value = store->get(keys[i]);  // within kAnswerWithin (store())
+        } catch (const std::exception&) {
+          said += "; " + who + " answered, then destroyed the group before its answer was read";
+          continue;
+        }
+        const std::string answer(value.begin(), value.end());
+        const size_t space = answer.find(' ');
+        const uint64_t entered = std::stoull(answer.substr(0, space));
+        const std::string theirs = space == std::string::npos ? "" : answer.substr(space + 1);
         if (entered <= number) {
           said += "; " + who + " never entered it (" +
               (entered == 0 ? std::string("it entered none")
                             : "its last collective was #" + std::to_string(entered - 1)) +
               ")";
+        } else if (!theirs.empty() && !mine.empty() && theirs != mine) {
+          said += "; " + who + " entered " + theirs + " as #" + std::to_string(number) +
+              ", where this rank entered " + mine + " (the ranks call different collectives)";
         }
       }
       said = "it is collective #" + std::to_string(number) + " of the group" +
@@ -600,13 +680,16 @@ void GroupMonitor::poll() {
     return;
   }
   try {
-    if (!store_->check({kAskedKey})) {
+    if (!store().check({kAskedKey})) {
       return;
     }
-    answer();
-  } catch (const std::exception&) {
+    const std::vector<uint8_t> asked = store().get(kAskedKey);
+    answer(std::stoull(std::string(asked.begin(), asked.end())));
+  } catch (const c10::DistNetworkError&) {
     closed_.store(true);  // the store is gone (its host exited): nobody is left to ask
     return;
+  } catch (const std::exception&) {
+    return;  // the question went (its ranks destroyed the group) between the check and the get
   }
   if (explaining_.load() == 0 && dumpOnTimeout()) {
     try {
@@ -618,14 +701,15 @@ void GroupMonitor::poll() {
 }
 
 void GroupMonitor::close() {
+  const std::lock_guard<std::mutex> lock(keysMutex_);
   if (closed_.exchange(true) || !(answered_.load() || asked_.load())) {
     return;
   }
   // Without waiting: the store may not answer (its host stopped).
-  detached([store = store_, rank = group_->rank] {
+  detached([self = shared_from_this(), rank = group_->rank] {
     try {
-      store->deleteKey(answerKey(rank));
-      store->deleteKey(kAskedKey);
+      self->store().deleteKey(answerKey(rank));
+      self->store().deleteKey(kAskedKey);
     } catch (const std::exception&) {
       // the store went first
     }

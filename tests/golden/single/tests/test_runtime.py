@@ -6,8 +6,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import cases
 from cases import OPS
-from harness import Cluster, free_port
+from harness import BACKEND, Cluster, free_port
 
 import single_collectives  # noqa: F401  (imported before forking, on purpose)
 
@@ -71,6 +72,69 @@ def test_future_callbacks_that_issue_and_wait_for_ops():
         cluster.run("callbacks_that_wait_for_ops")
     finally:
         cluster.close()
+
+#: A rank of a plain script: runs every op once (or, with "timeout", ranks other than 0
+#: run PROBE alone, which times out), then rank 0, the store's host, exits at once and
+#: the others a few seconds later, without destroying their groups.
+QUIET_EXIT = """
+import sys, time, warnings
+from datetime import timedelta
+import torch.distributed as dist
+warnings.simplefilter("ignore", FutureWarning)  # torch's notices about APIs the op cases call
+import single_collectives
+sys.path.insert(0, sys.argv[3])
+import cases
+from harness import Skip
+rank, mode = int(sys.argv[1]), sys.argv[2]
+dist.init_process_group("single", timeout=timedelta(seconds=3))
+if mode == "normal":
+    for op in sorted(cases.OPS):
+        try:
+            cases.run(op)
+        except Skip:
+            pass
+elif rank == 0:
+    time.sleep(10)  # the others' PROBE times out after 3 s, and they ask who is missing (4 s)
+else:
+    try:
+        cases.run(cases.PROBE)
+    except RuntimeError as e:
+        print("error:", str(e).splitlines()[0][:60], flush=True)
+if rank != 0:
+    time.sleep(3)  # rank 0 exits meanwhile: a process that polled its store would say so
+"""
+
+
+# (The dummy's collectives exchange nothing: one that rank 0 skips completes.)
+@pytest.mark.parametrize("mode", ["normal"])
+def test_ranks_exit_without_a_word_after_the_store_s_host(mode, tmp_path):
+    """Rank 0, which hosts the TCPStore, exits first; the others print nothing but their errors.
+
+    A healthy group sends nothing to its store between ops (gloo neither), so
+    no rank's request finds the store's host gone (TCPStore would print its
+    backtrace).
+    """
+    if mode == "timeout" and not cases.PROBE:
+        pytest.skip("the backend has none of the ops the runtime cases use")
+    world = 3
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(world),
+               TORCH_FR_DUMP_TEMP_FILE=str(tmp_path / "trace_"))  # fmt: skip
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, "-c", QUIET_EXIT, str(rank), mode, str(HERE)],
+            env=dict(env, RANK=str(rank)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        for rank in range(world)
+    ]
+    said = [rank.communicate(timeout=120)[0] for rank in ranks]
+    assert [rank.returncode for rank in ranks] == [0] * world, said
+    expected = "" if mode == "normal" else f"error: Backend {BACKEND} (rank 1): {cases.PROBE} #0 "
+    for rank, output in enumerate(said[1:], 1):
+        if mode == "normal":
+            assert output == "", f"rank {rank} said:\n{output}"
+        else:
+            assert output.startswith(expected.replace("rank 1", f"rank {rank}")), f"rank {rank} said:\n{output}"
+            assert len(output.splitlines()) == 1, f"rank {rank} said:\n{output}"
 
 
 def test_abort_and_shutdown_at_once_return_promptly():

@@ -6,7 +6,31 @@
 // store_all_collectives/__init__.py.
 #include <torch/csrc/utils/pybind.h>
 
+#include <string>
+#include <type_traits>
+#include <utility>
+
 #include "backend.hpp"
+
+namespace {
+
+// The Python type a field of Options takes, as a user would write it.
+template <typename Field>
+const char* pythonTypeName() {
+  if constexpr (std::is_same_v<Field, bool>) {
+    return "a bool";
+  } else if constexpr (std::is_integral_v<Field>) {
+    return "an int";
+  } else if constexpr (std::is_floating_point_v<Field>) {
+    return "a float";
+  } else if constexpr (std::is_same_v<Field, std::string>) {
+    return "a str";
+  } else {
+    return "another type";
+  }
+}
+
+} // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.doc() = "C++ core of the \"store_all\" torch.distributed backend.";
@@ -30,8 +54,23 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
         return self.cast<store_all_collectives::Options>();
       }),
       "Options(**fields): the environment's values, then these fields.");
+  // A value of the wrong type is a TypeError naming the field and the type it takes.
   store_all_collectives::describeOptions([&options](const char* name, auto member, const char* doc) {
-    options.def_readwrite(name, member, doc);
+    using Field = std::remove_reference_t<decltype(std::declval<store_all_collectives::Options&>().*member)>;
+    options.def_property(
+        name,
+        [member](const store_all_collectives::Options& self) { return self.*member; },
+        [member, name](
+            store_all_collectives::Options& self, const py::object& value) {
+          try {
+            self.*member = value.cast<Field>();
+          } catch (const py::cast_error&) {
+            throw py::type_error(
+                std::string("store_all: Options.") + name + " takes " + pythonTypeName<Field>() + ", not " +
+                py::repr(value).cast<std::string>());
+          }
+        },
+        doc);
   });
   options.def("__repr__", [](const py::object& self) {
     std::string text = "Options(";

@@ -165,7 +165,7 @@ std::shared_ptr<Communicator> init(const GroupInfo& group) {
   }
   auto comm = std::make_shared<Communicator>();
   comm->options = group.options;
-  comm->exchange = std::make_shared<StoreExchange>(group.store);
+  comm->exchange = std::make_shared<StoreExchange>(group.store, group.backend, group.name);
   return comm;
 }
 

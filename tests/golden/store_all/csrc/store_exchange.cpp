@@ -3,11 +3,26 @@
 
 #include <ATen/ops/from_blob.h>
 #include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cerrno>
 #include <cstddef>
 #include <cstring>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <random>
 #include <sstream>
 #include <thread>
 
@@ -188,9 +203,188 @@ at::Tensor decode(Blob blob, const at::Tensor& like, int64_t numel, int fromRank
       like.options().device(c10::kCPU));
 }
 
+// A store of one file per key in a folder: what the exchange uses in place of
+// a FileStore (file://). A FileStore only appends to its file, a deleted key
+// being one more record, so every message would stay in it for good (100
+// all_reduces of 1 MiB left 200 MB). Here a deleted key is a removed file, so
+// the folder holds only the messages not yet read, on whatever file system
+// holds the FileStore's file (a shared one, across hosts). A value is written
+// to a file of its own and renamed into place, so readers see all of it or
+// none; counters are read and written under an flock(), as FileStore does.
+class FolderStore : public c10d::Store {
+ public:
+  explicit FolderStore(std::string folder) : folder_(std::move(folder)) {
+    for (size_t slash = folder_.find('/', 1); ; slash = folder_.find('/', slash + 1)) {
+      const std::string part = folder_.substr(0, slash);
+      TORCH_CHECK(::mkdir(part.c_str(), 0700) == 0 || errno == EEXIST,
+          "could not create ", part, " for the messages of file:// groups: ", std::strerror(errno));
+      if (slash == std::string::npos) {
+        break;
+      }
+    }
+  }
+
+  c10::intrusive_ptr<c10d::Store> clone() override {
+    return c10::make_intrusive<FolderStore>(folder_);
+  }
+
+  void set(const std::string& key, const std::vector<uint8_t>& value) override {
+    static std::atomic<uint64_t> writes{0};
+    const std::string partial =
+        folder_ + "/.partial." + std::to_string(::getpid()) + "." + std::to_string(writes++);
+    {
+      std::ofstream file(partial, std::ios::binary | std::ios::trunc);
+      file.write(reinterpret_cast<const char*>(value.data()), static_cast<std::streamsize>(value.size()));
+      file.close();
+      TORCH_CHECK(!file.fail(), "could not write ", partial, ": ", std::strerror(errno));
+    }
+    TORCH_CHECK(std::rename(partial.c_str(), path(key).c_str()) == 0,
+        "could not rename ", partial, " to ", path(key), ": ", std::strerror(errno));
+  }
+
+  std::vector<uint8_t> compareSet(
+      const std::string& key,
+      const std::vector<uint8_t>& expected,
+      const std::vector<uint8_t>& desired) override {
+    const Locked locked(*this);
+    const std::optional<Blob> current = read(key);
+    if ((!current && expected.empty()) || (current && *current == expected)) {
+      set(key, desired);
+      return desired;
+    }
+    return current ? *current : expected;
+  }
+
+  std::vector<uint8_t> get(const std::string& key) override {
+    for (;;) {
+      wait({key});
+      if (std::optional<Blob> value = read(key)) {
+        return std::move(*value);
+      }
+    }
+  }
+
+  int64_t add(const std::string& key, int64_t value) override {
+    const Locked locked(*this);
+    const std::optional<Blob> current = read(key);
+    const int64_t sum = value + (current ? std::stoll(std::string(current->begin(), current->end())) : 0);
+    const std::string text = std::to_string(sum);
+    set(key, Blob(text.begin(), text.end()));
+    return sum;
+  }
+
+  bool deleteKey(const std::string& key) override {
+    return ::unlink(path(key).c_str()) == 0;
+  }
+
+  bool check(const std::vector<std::string>& keys) override {
+    return std::all_of(keys.begin(), keys.end(), [this](const std::string& key) {
+      return ::access(path(key).c_str(), F_OK) == 0;
+    });
+  }
+
+  int64_t getNumKeys() override {
+    int64_t keys = 0;
+    if (DIR* dir = ::opendir(folder_.c_str())) {
+      while (const dirent* entry = ::readdir(dir)) {
+        keys += entry->d_name[0] != '.';
+      }
+      ::closedir(dir);
+    }
+    return keys;
+  }
+
+  void wait(const std::vector<std::string>& keys) override {
+    wait(keys, timeout_);
+  }
+
+  // Looks every 50 us at first, then less often, up to every 5 ms.
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+    const auto until = Clock::now() + timeout;
+    auto nap = std::chrono::microseconds(50);
+    while (!check(keys)) {
+      if (Clock::now() >= until) {
+        C10_THROW_ERROR(DistStoreError, "Wait timeout for keys in " + folder_);
+      }
+      std::this_thread::sleep_for(nap);
+      nap = std::min(2 * nap, std::chrono::microseconds(5000));
+    }
+  }
+
+ private:
+  // An flock() on the folder's lock file while it lives: counters change one at a time.
+  class Locked {
+   public:
+    explicit Locked(const FolderStore& store)
+        : fd_(::open((store.folder_ + "/.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600)) {
+      TORCH_CHECK(fd_ >= 0 && ::flock(fd_, LOCK_EX) == 0,
+          "could not lock ", store.folder_, "/.lock: ", std::strerror(errno));
+    }
+    ~Locked() {
+      ::close(fd_);  // unlocks
+    }
+    Locked(const Locked&) = delete;
+    Locked& operator=(const Locked&) = delete;
+
+   private:
+    int fd_;
+  };
+
+  // The file of `key`: its characters but letters, digits, '.', '_' and '-' as %XX.
+  std::string path(const std::string& key) const {
+    static const char* hex = "0123456789ABCDEF";
+    std::string name = folder_ + "/k";
+    for (const unsigned char c : key) {
+      if (std::isalnum(c) || c == '.' || c == '_' || c == '-') {
+        name += static_cast<char>(c);
+      } else {
+        name += {'%', hex[c >> 4], hex[c & 15]};
+      }
+    }
+    return name;
+  }
+
+  std::optional<Blob> read(const std::string& key) const {
+    std::ifstream file(path(key), std::ios::binary);
+    if (!file) {
+      return std::nullopt;
+    }
+    return Blob(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
+  }
+
+  const std::string folder_;
+};
+
+// The store the exchange moves messages through: the group's, or, for a
+// FileStore, a FolderStore beside its file.
+c10::intrusive_ptr<c10d::Store> messageStore(
+    const c10::intrusive_ptr<c10d::Store>& store,
+    const std::string& backend,
+    const std::string& group) {
+  c10::intrusive_ptr<c10d::Store> under = store;
+  while (auto* prefixed = dynamic_cast<c10d::PrefixStore*>(under.get())) {
+    under = prefixed->getUnderlyingStore();
+  }
+  const auto* file = dynamic_cast<const c10d::FileStore*>(under.get());
+  if (file == nullptr) {
+    return store;
+  }
+  // A folder of this group's own, named by the first rank to ask: a file:// left
+  // by an earlier run (its ranks killed) holds folders no new group reads.
+  std::ostringstream mine;
+  mine << std::hex << std::random_device{}() << std::random_device{}();
+  const std::string proposed = mine.str();
+  const Blob agreed = store->compareSet("store_exchange/folder", {}, Blob(proposed.begin(), proposed.end()));
+  auto folder = c10::make_intrusive<FolderStore>(
+      file->getPath() + "." + backend + "/group" + group + "-" + std::string(agreed.begin(), agreed.end()));
+  folder->setTimeout(store->getTimeout());
+  return folder;
+}
+
 } // namespace
 
-StoreExchange::StoreExchange(Bootstrap& store) : store_(store.c10dStore()) {}
+StoreExchange::StoreExchange(Bootstrap& store, const std::string& backend, const std::string& group)
+    : store_(messageStore(store.c10dStore(), backend, group)) {}
 
 StoreExchange::~StoreExchange() = default;
 

@@ -36,8 +36,10 @@ class Bootstrap;
 
 class StoreExchange {
  public:
-  // Over the group's store, as ops::init receives it.
-  explicit StoreExchange(Bootstrap& store);
+  // Over the group's store, as ops::init receives it: over `backend`'s group
+  // `group` (its name). A FileStore (file://) keeps every message it was
+  // given, so with one the messages go through files beside its own instead.
+  StoreExchange(Bootstrap& store, const std::string& backend, const std::string& group);
   ~StoreExchange();
   StoreExchange(const StoreExchange&) = delete;
   StoreExchange& operator=(const StoreExchange&) = delete;

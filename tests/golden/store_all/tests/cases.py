@@ -417,11 +417,19 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 
 
 def _first_difference(actual: torch.Tensor, expected: torch.Tensor, wrong: torch.Tensor, how: str) -> str:
-    where = tuple(i.item() for i in wrong.nonzero()[0])
-    return (
-        f"{int(wrong.sum())} of {wrong.numel()} elements differ ({how}); the first at {where}:"
-        f" got {actual[where].item()!r}, expected {expected[where].item()!r}"
-    )
+    """How many elements differ, and the first of them; ``wrong`` marks them.
+
+    Never raises: a report that failed would stop this rank alone, and leave
+    the others waiting for it in their next collective.
+    """
+    while wrong.dim() > actual.dim():  # complex numbers compared as pairs of floats (_bits)
+        wrong = wrong.any(dim=-1)
+    try:
+        where = tuple(i.item() for i in wrong.nonzero()[0])
+        got, want = actual[where].item(), expected[where].item()
+    except Exception as e:  # noqa: BLE001 - any failure to locate it still reports the difference
+        return f"the elements differ ({how}); locating the first failed: {e!r}"
+    return f"{int(wrong.sum())} of {wrong.numel()} elements differ ({how}); the first at {where}: got {got!r}, expected {want!r}"
 
 
 def _within(actual: torch.Tensor, expected: torch.Tensor) -> None:
@@ -805,6 +813,10 @@ def group_options(ctx: Ctx) -> None:
     assert variable not in os.environ, f"the test needs {variable} unset"
     assert store_all_collectives.group_options().verbose is False  # the default in ops.hpp
     assert repr(store_all_collectives.Options(verbose=True)) == "Options(verbose=True)"
+    import pytest
+
+    with pytest.raises(TypeError, match=r"^store_all: Options.verbose takes a bool, not 'loud'$"):
+        store_all_collectives.Options(verbose="loud")
     os.environ[variable] = "1"
     try:
         assert store_all_collectives.Options().verbose is True
@@ -1142,6 +1154,30 @@ def flat_store(ctx: Ctx, ops: int = 10_000) -> None:
     assert after <= before, f"{after - before} keys left in the store after {ops} ops"
 
 
+def small_file_store(ctx: Ctx, path: str, ops: int = 1000, n: int = 1 << 14) -> None:
+    """Over file:// (a FileStore, which only appends), 1000 ops of 64 KiB leave its file as it was.
+
+    The messages go through files in a folder beside it, each removed once
+    read: after the ops that folder holds none of them either.
+    """
+    import glob
+
+    if PROBE is None:
+        raise Skip("the backend has none of the ops the runtime cases use")
+    gloo = gloo_group()
+    probe(ctx, n=n).wait()
+    dist.barrier(group=gloo)
+    before = os.path.getsize(path)
+    for _ in range(ops):
+        probe(ctx, n=n).wait()
+    dist.barrier(group=gloo)
+    grown = os.path.getsize(path) - before
+    assert grown < 4096, f"{ops} ops of {4 * n} bytes grew {path} by {grown} bytes"
+    left = sum(os.path.getsize(f) for f in glob.glob(f"{path}.{BACKEND}/*/*"))
+    assert left < 4 * n, f"{left} bytes of messages left beside {path} after {ops} ops"
+    dist.barrier(group=gloo)
+
+
 #: The dtypes the matrix tries: gloo's and a few it lacks.
 MATRIX_DTYPES = [
     "float32", "float64", "float16", "bfloat16", "int8", "uint8", "int16", "int32", "int64",
@@ -1291,5 +1327,7 @@ def run(case: str, subgroup_ranks=None, **params):
         return None
     try:
         return function(ctx, **own)
-    except AssertionError as e:
-        raise AssertionError(f"{e}\n[random data seed {ctx.seed}: STORE_ALL_TEST_SEED={ctx.seed} repeats it]") from e
+    except (AssertionError, RuntimeError) as e:  # a wrong result, or an op that raised
+        given = ", ".join(f"{k}={v!r}" for k, v in {**own, **params}.items())
+        where = f"[case {case}({given}) on rank {ctx.rank}; random data seed {ctx.seed}: STORE_ALL_TEST_SEED={ctx.seed} repeats it]"
+        raise (AssertionError if isinstance(e, AssertionError) else RuntimeError)(f"{e}\n{where}") from e

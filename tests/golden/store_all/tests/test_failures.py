@@ -62,6 +62,10 @@ def test_a_receive_that_timed_out_takes_no_message():
     run_alone(2, "timed_out_receive_takes_no_message", group_timeout=SHORT_TIMEOUT)
 
 
+def test_a_completed_send_is_delivered_after_the_sender_destroys_its_group(cluster):
+    cluster.run("completed_send_is_delivered_after_destroy")
+
+
 def test_one_sequence_number_per_group():
     run_alone(2, "numbering_across_op_kinds", group_timeout=SHORT_TIMEOUT)
 
@@ -78,6 +82,10 @@ def test_eight_threads_while_some_ops_fail():
     run_alone(3, "threads_while_some_fail")
 
 
+def test_ranks_that_call_different_collectives_say_what_each_entered():
+    run_alone(3, "mismatched_collectives", group_timeout=SHORT_TIMEOUT)
+
+
 def test_a_destroyed_rank_is_the_one_named_missing():
     run_alone(3, "destroy_does_not_blame_the_wrong_rank", group_timeout=3.0)
 
@@ -90,5 +98,13 @@ def test_store_does_not_grow_over_ten_thousand_ops():
     cluster = Cluster(2)
     try:
         cluster.run("flat_store", ops=10_000)
+    finally:
+        cluster.close()
+
+
+def test_a_file_store_stays_small_over_a_thousand_ops(tmp_path):
+    cluster = Cluster(2, init="file", scratch=str(tmp_path))
+    try:
+        cluster.run("small_file_store", path=str(tmp_path / "rendezvous"))
     finally:
         cluster.close()

@@ -3,7 +3,8 @@
 Every op is recorded in c10d's flight recorder format; when a collective
 times out, its error names the ranks that never entered it, and every rank
 writes its record where TORCH_FR_DUMP_TEMP_FILE says, which torch's analyser
-(torchfrtrace, ``python -m torch.distributed.flight_recorder.fr_trace``) reads.
+(torchfrtrace, ``python -m torch.distributed.flight_recorder.fr_trace``) reads, on
+every torch through ``python -m store_all_collectives.frtrace``.
 """
 
 import os
@@ -13,7 +14,6 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-import torch
 from cases import PROBE
 
 import store_all_collectives
@@ -23,9 +23,6 @@ pytestmark = pytest.mark.skipif(PROBE is None, reason="needs one of the collecti
 
 #: Short enough that the timeout comes fast, long enough for this machine.
 SHORT_TIMEOUT = 5.0
-#: The analyser reads the dumps of a backend it does not know from torch 2.15 on
-#: (before, it rejects every profiling name but NCCL's, gloo's and a few others').
-ANALYSER_READS_ANY_BACKEND = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 15)
 
 
 def test_a_completed_op_is_recorded_with_sizes_dtypes_and_duration(cluster):
@@ -58,17 +55,18 @@ def test_a_skipped_collective_is_named_in_the_errors_and_in_every_rank_s_dump(tm
     prefix = tmp_path / "trace_rank_"
     cluster = Cluster(3, group_timeout=SHORT_TIMEOUT, env={"TORCH_FR_DUMP_TEMP_FILE": str(prefix)})
     try:
-        messages = cluster.run("skipped_collective")
+        results = cluster.run("skipped_collective")
     finally:
         cluster.kill()
+    messages = [result["message"] for result in results]
     assert messages[2] is None and all("rank 2 never entered it" in m for m in messages[:2]), messages
+    (name,) = {result["group"] for result in results}
 
     reached = {}
     for rank in range(3):
         with open(f"{prefix}{rank}", "rb") as f:
             dump = pickle.load(f)
         assert dump["version"] == "2.10" and set(dump) >= {"pg_config", "pg_status", "entries"}, dump.keys()
-        (name,) = dump["pg_config"]  # the case's group: the only one with ops
         assert dump["pg_config"][name]["ranks"] == "[0, 1, 2]", dump["pg_config"]
         entries = [e for e in dump["entries"] if e["process_group"][0] == name]
         assert all(e["profiling_name"].startswith(f"{BACKEND}:") for e in entries), entries
@@ -78,13 +76,24 @@ def test_a_skipped_collective_is_named_in_the_errors_and_in_every_rank_s_dump(tm
             assert "rank 2 never entered it" in entries[-1]["error"], entries[-1]
     assert reached == {0: 2, 1: 2, 2: 1}, reached
 
-    if not ANALYSER_READS_ANY_BACKEND:
-        return  # before torch 2.15, the analyser reads NCCL's and gloo's dumps only: the pickles above are all
+    # Torch's analyser reads them, through the package's reader on every torch
+    # (before 2.15 the analyser knows only NCCL's, gloo's and a few other names).
     analysis = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", str(tmp_path)],
+        [sys.executable, "-m", "store_all_collectives.frtrace", str(tmp_path)],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     report = analysis.stdout + analysis.stderr
     assert analysis.returncode == 0, report
+    assert "gloo:" not in report, report  # the stand-in name is never shown
     assert "Not all ranks joining collective, sequence number: 2" in report, report
     assert "missing ranks: {2}" in report, report
+
+
+def test_a_rank_outside_the_backend_is_said_not_to_answer():
+    """The skipping rank waits in gloo, not in this backend: it does not answer, and the others say why."""
+    cluster = Cluster(3, group_timeout=SHORT_TIMEOUT)
+    try:
+        messages = cluster.run("collective_skipped_outside_the_backend")
+    finally:
+        cluster.kill()
+    assert messages[2] is None and all(messages[:2]), messages

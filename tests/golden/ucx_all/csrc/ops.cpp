@@ -140,6 +140,25 @@ inline void receiveLater(const OpContext& ctx, at::Tensor& tensor, int src, int 
   });
 }
 
+// Sends `tensor` (contiguous, in host memory) to `dst` with the user's `tag`,
+// and completes the op once UCX is done with the message, as gloo's and MPI's
+// sends complete: a message UCX sends eagerly at once, one above its
+// rendezvous threshold (UCX_RNDV_THRESH) once the receiver has taken it. So
+// a completed send is delivered whatever this rank does next, destroying its
+// group or exiting included, and its tensor may be reused.
+inline void sendLater(const OpContext& ctx, const at::Tensor& tensor, int dst, int tag) {
+  struct Pending {
+    Pending(const OpContext& context, UcxComm& comm) : ctx(context), messages(ctx, comm) {}
+    const OpContext ctx;
+    UcxMessages messages;  // declared last: destroyed first, while ctx lives
+  };
+  auto pending = std::make_shared<Pending>(ctx, ucx(ctx));
+  pending->messages.sendTagged(tensor, dst, tag);
+  if (!pending->messages.test()) {
+    ctx.completeLater([pending] { return pending->messages.waitFor(std::chrono::milliseconds(0)); });
+  }
+}
+
 // acc = acc (op) x, element by element.
 inline void reduceInto(at::Tensor& acc, const at::Tensor& x, Reduction op) {
   switch (op) {
@@ -592,11 +611,9 @@ void alltoall(const OpContext& ctx, std::vector<at::Tensor>& outputs, const std:
 
 // Sends the tensor to one peer, matched by tag.
 void send(const OpContext& ctx, const at::Tensor& tensor, int dst, int tag) {
-  // The send owns a copy, so the caller may reuse the tensor at once; the
-  // message completes in the background.
-  UcxMessages messages(ctx, ucx(ctx));
-  messages.sendTagged(hostCopy(tensor), dst, tag);
-  messages.detach();
+  // Completes once UCX is done with the message (sendLater): a completed send
+  // is delivered, and the caller may reuse the tensor.
+  sendLater(ctx, onHost(tensor), dst, tag);
 }
 
 // Receives a tensor from one peer, matched by tag.

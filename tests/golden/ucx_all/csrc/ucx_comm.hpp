@@ -17,9 +17,10 @@
 // Op bodies do it themselves while they wait (UcxMessages::wait()), giving up
 // when their op expires; while nothing moves they sleep on the worker's
 // event file descriptor, which UCX makes readable when a message comes. A
-// small helper thread progresses the sends nobody waits for (point-to-point
-// sends return as soon as they are posted) and the messages of ops that
-// failed, until UCX is done with them.
+// point-to-point send completes once UCX is done with its message (for a
+// large one, once the receiver has taken it), as gloo's and MPI's do. A small
+// helper thread progresses the messages of ops that failed, which nobody
+// waits for, until UCX is done with them, sleeping on the worker's events.
 //
 // Threads: the worker thread (collectives), the receive thread and the
 // callers' threads (sends) all use the same UCX worker, so every UCX call is
@@ -220,10 +221,6 @@ class UcxMessages {
   // an op that gives up. True when one of them had matched its message
   // already: that message is lost to the receives after it.
   bool cancelReceives();
-
-  // Leaves the sends to complete on their own (a send of a copy that
-  // nobody waits for).
-  void detach();
 
  private:
   void checkReceived(const UcxRequest& r, ucs_status_t status) const;

@@ -62,6 +62,10 @@ def test_a_receive_that_timed_out_takes_no_message():
     run_alone(2, "timed_out_receive_takes_no_message", group_timeout=SHORT_TIMEOUT)
 
 
+def test_a_completed_send_is_delivered_after_the_sender_destroys_its_group(cluster):
+    cluster.run("completed_send_is_delivered_after_destroy")
+
+
 def test_a_receive_given_up_on_mid_message_never_writes_after_failing():
     run_alone(2, "receive_given_up_on_mid_message", group_timeout=2.0, env={"UCX_RNDV_THRESH": "inf"})
 
