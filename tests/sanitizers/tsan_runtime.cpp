@@ -260,6 +260,10 @@ void aDoneFunctionThatNeverGivesUp() {
   check(failedAfter < Ms(300 + 1000 + 1500), "the stuck op failed late");
   check(errorOf(*stuck).find("within its 300 ms timeout") != std::string::npos,
         "the stuck op's error does not name its timeout: " + errorOf(*stuck));
+  // The cause is on this rank, and the error says so (not "a peer may have failed").
+  check(errorOf(*stuck).find("on this rank, ops::lone's done function (OpContext::completeLater) did not give "
+                             "up at the deadline") != std::string::npos,
+        "the stuck op's error does not name its done function: " + errorOf(*stuck));
   next->wait();
   check(ran && ranAt - start >= Ms(300 + 1000), "the next collective did not run, or ran before the stuck one was dropped");
   lone.queue.stop(Ms(5000));
