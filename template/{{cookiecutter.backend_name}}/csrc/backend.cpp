@@ -982,6 +982,7 @@ c10::intrusive_ptr<c10d::Backend::Options> {{ p.backend_class }}::getBackendOpti
 }
 
 void {{ p.backend_class }}::shutdown() {
+  const bool underWay = monitor_->underWay();  // before the queues fail what is left
   group_->aborted.store(true);  // bodies and done functions see it in OpContext::expired()
   if (library_->busy()) {
     library_->abort();  // an op uses the library: make it return
@@ -989,7 +990,7 @@ void {{ p.backend_class }}::shutdown() {
   queue_.stop(kStopGrace);
   receives_.stop(kStopGrace);
   library_->close();  // finalized now, or when the last op in flight lets go
-  monitor_->close();
+  monitor_->close(underWay);
 }
 
 void {{ p.backend_class }}::abort() {
@@ -1094,6 +1095,7 @@ c10::intrusive_ptr<c10d::Work> {{ p.backend_class }}::issue(
   timeout = std::min<std::chrono::milliseconds>(timeout, std::chrono::hours(24 * 365));  // no overflow
   WorkQueue& queue = where == Runs::kOnReceives ? receives_ : queue_;  // a send in flight is polled by queue_
   std::shared_ptr<DeviceOp> device = deviceOp(outputs, inputs);
+  Frames frames = callersFrames();
   auto work = c10::make_intrusive<{{ p.work_class }}>(
       group_, health_, library_, queue.state(), type, op, profilingTitle(op), timeout, std::move(outputs),
       inputs, std::move(body), std::move(device));
@@ -1114,7 +1116,8 @@ c10::intrusive_ptr<c10d::Work> {{ p.backend_class }}::issue(
     const bool p2p = !work->isCollective();
     work->record_ = recordOp(OpRecord{
         recordedGroup(), op, group_->rank, peer, p2p, p2p ? collectives_ : work->collective_,
-        work->seq_ - (p2p ? collectives_ : work->collective_), work->seq_, timeout, inputs, work->outputs_});
+        work->seq_ - (p2p ? collectives_ : work->collective_), work->seq_, timeout, inputs, work->outputs_,
+        std::move(frames)});
     watch(work);
     if (here) {
       work->run();  // in flight, it reaches the queue before any later op can

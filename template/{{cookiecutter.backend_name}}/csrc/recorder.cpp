@@ -8,6 +8,9 @@
 #include <c10/util/SmallVector.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/jit/serialization/pickler.h>
+#include <torch/csrc/profiler/combined_traceback.h>
+
+#include <dlfcn.h>
 
 #include <pthread.h>
 #include <unistd.h>
@@ -17,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <future>
 #include <map>
 #include <sstream>
 #include <string_view>
@@ -33,8 +37,13 @@ constexpr auto kWatchEvery = std::chrono::seconds(1);
 // How long a rank whose collective timed out waits for the others to say which
 // collective they reached: two of the watcher's periods, and time to spare.
 constexpr auto kAnswerWithin = std::chrono::seconds(3);
+// How long a dump waits for the Python frames of its ops (symbolized()).
+constexpr auto kSymbolizeWithin = std::chrono::seconds(2);
 // The keys of that conversation, in the group's store.
 constexpr char kAskedKey[] = "flight_recorder/asked";  // read by the watcher while the process exits
+
+// The answer of a rank that destroyed its group with ops under way: "destroyed <collectives entered>".
+constexpr std::string_view kDestroyed = "destroyed ";
 
 std::string answerKey(int rank) {
   return "flight_recorder/rank" + std::to_string(rank);
@@ -100,6 +109,10 @@ class Recorder {
     return *instance();
   }
 
+  bool enabled() const {
+    return capacity_ > 0;
+  }
+
   int64_t record(const OpRecord& op) {
     if (capacity_ == 0) {
       return -1;
@@ -146,6 +159,7 @@ class Recorder {
     e.error.clear();
     e.thread = std::this_thread::get_id();
     e.retired = false;
+    e.frames = op.frames;  // the one it replaces goes under the lock: it frees no Python object there
     return id;
   }
 
@@ -201,8 +215,11 @@ class Recorder {
     auto entries = newList();
     auto groups = newDict();
     std::map<uint64_t, std::array<int64_t, 3>> progress;  // per group: last enqueued, started, completed
-    for (const Entry& e : live()) {
-      entries.push_back(toDict(e));
+    const std::vector<Entry> copy = live();
+    const std::vector<c10::List<c10::IValue>> frames = symbolized(copy);
+    for (size_t i = 0; i < copy.size(); ++i) {
+      const Entry& e = copy[i];
+      entries.push_back(toDict(e, frames[i]));
       const RecordedGroup& group = *e.group;
       if (!groups.contains(group.name)) {
         std::ostringstream ranks;
@@ -267,7 +284,82 @@ class Recorder {
     std::string error;
     std::thread::id thread;
     bool retired = false;
+    Frames frames;
   };
+
+  // Each entry's frames as c10d's dumps give them: [{"name", "filename", "line"}], innermost
+  // first. Reading Python frames takes the GIL, which a thread stuck outside the backend may
+  // hold: on a thread of its own, and empty lists past kSymbolizeWithin, on any error, or
+  // while the interpreter is not there (it exits, or never was).
+  static std::vector<c10::List<c10::IValue>> symbolized(const std::vector<Entry>& entries) {
+    std::vector<c10::List<c10::IValue>> result;  // a list each (c10::List copies share theirs)
+    std::vector<Frames> held;
+    std::vector<size_t> of;  // the entry of each traceback in `held`
+    for (size_t i = 0; i < entries.size(); ++i) {
+      result.push_back(newList());
+      if (entries[i].frames) {
+        held.push_back(entries[i].frames);
+        of.push_back(i);
+      }
+    }
+    if (held.empty() || !pythonIsThere()) {
+      return result;
+    }
+    auto promise = std::make_shared<std::promise<torch::SymbolizedTracebacks>>();
+    std::future<torch::SymbolizedTracebacks> reading = promise->get_future();
+    try {
+      std::thread([held, promise] {
+        std::vector<torch::CapturedTraceback*> tracebacks;
+        for (const Frames& frames : held) {
+          tracebacks.push_back(frames.get());
+        }
+        try {
+          promise->set_value(torch::symbolize(tracebacks));
+        } catch (const std::exception&) {
+          promise->set_exception(std::current_exception());
+        }
+      }).detach();
+    } catch (const std::system_error&) {
+      return result;  // no thread to read them on
+    }
+    torch::SymbolizedTracebacks read;
+    try {
+      if (reading.wait_for(kSymbolizeWithin) != std::future_status::ready) {
+        return result;
+      }
+      read = reading.get();
+    } catch (const std::exception&) {
+      return result;
+    }
+    std::vector<c10::IValue> frames;
+    frames.reserve(read.all_frames.size());
+    for (const auto& frame : read.all_frames) {
+      auto dict = newDict();
+      dict.insert("name", frame.funcname);
+      dict.insert("filename", frame.filename);
+      dict.insert("line", static_cast<int64_t>(frame.lineno));
+      frames.push_back(std::move(dict));
+    }
+    for (size_t t = 0; t < read.tracebacks.size() && t < of.size(); ++t) {
+      for (const uint64_t frame : read.tracebacks[t]) {
+        result[of[t]].push_back(frames.at(frame));
+      }
+    }
+    return result;
+  }
+
+  // Whether a thread may take the GIL to read Python frames: an interpreter is there, and it
+  // does not exit (a thread that asks for the GIL then never returns). Looked up, not linked:
+  // the runtime runs without Python too (its sanitizer harness).
+  static bool pythonIsThere() {
+    using Query = int (*)();
+    static const auto initialized = reinterpret_cast<Query>(dlsym(RTLD_DEFAULT, "Py_IsInitialized"));
+    static const auto finalizing = [] {
+      void* since313 = dlsym(RTLD_DEFAULT, "Py_IsFinalizing");
+      return reinterpret_cast<Query>(since313 != nullptr ? since313 : dlsym(RTLD_DEFAULT, "_Py_IsFinalizing"));
+    }();
+    return initialized != nullptr && finalizing != nullptr && initialized() != 0 && finalizing() == 0;
+  }
 
   // A copy of the ring, oldest first: ops go on while it is made into dicts.
   std::vector<Entry> live() {
@@ -297,7 +389,7 @@ class Recorder {
     return slot < entries_.size() && entries_[slot].id == id ? &entries_[slot] : nullptr;
   }
 
-  static c10::IValue toDict(const Entry& e) {
+  static c10::IValue toDict(const Entry& e, const c10::List<c10::IValue>& frames) {
     std::string profilingName = std::string("{{ p.name }}:") + e.name;
     if (e.p2p) {  // as NCCL's: "send 0->1", "recv 1<-0"; "recv 1<-?" from any source
       const std::string peer = e.peer < 0 ? "?" : std::to_string(e.peer);
@@ -346,7 +438,7 @@ class Recorder {
     dict.insert("time_discovered_started_ns", optional(e.startedNs));
     dict.insert("time_discovered_completed_ns", optional(e.completedNs));
     dict.insert("retired", e.retired);
-    dict.insert("frames", newList());
+    dict.insert("frames", frames);
     dict.insert("thread_id", thread.str());
     dict.insert("thread_name", "");
     dict.insert("error", e.error.empty() ? c10::IValue() : c10::IValue(e.error));  // this backend's own field
@@ -455,6 +547,13 @@ const char* recordedName(const char* op) {
   return it == names->end() ? op : it->second;
 }
 
+Frames callersFrames() {
+  if (!Recorder::get().enabled()) {
+    return nullptr;
+  }
+  return torch::CapturedTraceback::gather(/*python=*/true, /*script=*/false, /*cpp=*/false);
+}
+
 int64_t recordOp(const OpRecord& op) {
   return Recorder::get().record(op);
 }
@@ -491,8 +590,9 @@ std::string dumpRecord(int64_t globalRank) {
   // same time (groups timing out together) each leave a whole record.
   static std::atomic<uint64_t> dumps{0};
   const std::string partial = path + ".partial" + std::to_string(::getpid()) + "." + std::to_string(dumps++);
+  const std::string record = pickledRecord();
   std::ofstream file(partial, std::ios::binary | std::ios::trunc);
-  file << pickledRecord();
+  file << record;
   file.close();
   const bool written = !file.fail() && std::rename(partial.c_str(), path.c_str()) == 0;
   if (!written) {
@@ -627,11 +727,26 @@ std::string GroupMonitor::explain(uint64_t number) {
           said += "; " + who + " answered, then destroyed the group before its answer was read";
           continue;
         }
-        const std::string answer(value.begin(), value.end());
+        std::string answer(value.begin(), value.end());
+        const bool destroyed = answer.rfind(kDestroyed, 0) == 0;
+        if (destroyed) {
+          answer = answer.substr(kDestroyed.size());
+        }
         const size_t space = answer.find(' ');
-        const uint64_t entered = std::stoull(answer.substr(0, space));
+        uint64_t entered = 0;
+        try {
+          entered = std::stoull(answer.substr(0, space));
+        } catch (const std::exception&) {
+          said += "; " + who + " gave an answer this rank cannot read: \"" + answer + "\"";
+          continue;
+        }
         const std::string theirs = space == std::string::npos ? "" : answer.substr(space + 1);
-        if (entered <= number) {
+        if (destroyed) {
+          said += "; " + who + " destroyed its process group " +
+              (entered > number ? std::string("after it entered it")
+                                : entered == 0 ? std::string("before it entered any collective")
+                                               : "after its collective #" + std::to_string(entered - 1));
+        } else if (entered <= number) {
           said += "; " + who + " never entered it (" +
               (entered == 0 ? std::string("it entered none")
                             : "its last collective was #" + std::to_string(entered - 1)) +
@@ -701,15 +816,21 @@ void GroupMonitor::poll() {
   }
 }
 
-void GroupMonitor::close() {
+void GroupMonitor::close(bool underWay) {
   const std::lock_guard<std::mutex> lock(keysMutex_);
-  if (closed_.exchange(true) || !(answered_.load() || asked_.load())) {
+  // An answer given already says more (what this rank entered): it stays.
+  const bool tell = underWay && group_->size > 1 && !answered_.load();
+  if (closed_.exchange(true) || !(tell || answered_.load() || asked_.load())) {
     return;
   }
   // Without waiting: the store may not answer (its host stopped).
-  detached([self = shared_from_this(), rank = group_->rank] {
+  detached([self = shared_from_this(), rank = group_->rank, tell, entered = entered_.load()] {
     try {
-      self->store().deleteKey(answerKey(rank));
+      if (tell) {
+        self->store().set(answerKey(rank), bytes(std::string(kDestroyed) + std::to_string(entered)));
+      } else {
+        self->store().deleteKey(answerKey(rank));
+      }
       self->store().deleteKey(kAskedKey);
     } catch (const std::exception&) {
       // the store went first

@@ -112,7 +112,7 @@ def test_ranks_that_call_different_collectives_say_what_each_entered():
     run_alone(3, "mismatched_collectives", group_timeout=SHORT_TIMEOUT)
 
 
-def test_a_destroyed_rank_is_the_one_named_missing():
+def test_a_rank_that_destroyed_its_group_is_named_and_said_to_have_destroyed_it():
     run_alone(3, "destroy_does_not_blame_the_wrong_rank", group_timeout=3.0)
 
 

@@ -981,6 +981,7 @@ c10::intrusive_ptr<c10d::Backend::Options> BackendAllops::getBackendOptions() {
 }
 
 void BackendAllops::shutdown() {
+  const bool underWay = monitor_->underWay();  // before the queues fail what is left
   group_->aborted.store(true);  // bodies and done functions see it in OpContext::expired()
   if (library_->busy()) {
     library_->abort();  // an op uses the library: make it return
@@ -988,7 +989,7 @@ void BackendAllops::shutdown() {
   queue_.stop(kStopGrace);
   receives_.stop(kStopGrace);
   library_->close();  // finalized now, or when the last op in flight lets go
-  monitor_->close();
+  monitor_->close(underWay);
 }
 
 void BackendAllops::abort() {
@@ -1093,6 +1094,7 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::issue(
   timeout = std::min<std::chrono::milliseconds>(timeout, std::chrono::hours(24 * 365));  // no overflow
   WorkQueue& queue = where == Runs::kOnReceives ? receives_ : queue_;  // a send in flight is polled by queue_
   std::shared_ptr<DeviceOp> device = deviceOp(outputs, inputs);
+  Frames frames = callersFrames();
   auto work = c10::make_intrusive<WorkAllops>(
       group_, health_, library_, queue.state(), type, op, profilingTitle(op), timeout, std::move(outputs),
       inputs, std::move(body), std::move(device));
@@ -1113,7 +1115,8 @@ c10::intrusive_ptr<c10d::Work> BackendAllops::issue(
     const bool p2p = !work->isCollective();
     work->record_ = recordOp(OpRecord{
         recordedGroup(), op, group_->rank, peer, p2p, p2p ? collectives_ : work->collective_,
-        work->seq_ - (p2p ? collectives_ : work->collective_), work->seq_, timeout, inputs, work->outputs_});
+        work->seq_ - (p2p ? collectives_ : work->collective_), work->seq_, timeout, inputs, work->outputs_,
+        std::move(frames)});
     watch(work);
     if (here) {
       work->run();  // in flight, it reaches the queue before any later op can

@@ -9,6 +9,7 @@ every torch through ``python -m mpi_all_collectives.frtrace``.
 
 import os
 import pickle
+import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -71,6 +72,9 @@ def test_a_skipped_collective_is_named_in_the_errors_and_in_every_rank_s_dump(tm
         entries = [e for e in dump["entries"] if e["process_group"][0] == name]
         assert all(e["profiling_name"].startswith(f"{BACKEND}:") for e in entries), entries
         reached[rank] = max(e["collective_seq_id"] for e in entries)
+        # Where the rank was in the program when it issued its last collective.
+        callers = [(frame["name"], os.path.basename(frame["filename"])) for frame in entries[-1]["frames"]]
+        assert ("skipped_collective", "faults.py") in callers, entries[-1]["frames"]
         if rank < 2:
             assert entries[-1]["state"] == "timed out", entries[-1]
             assert "rank 2 never entered it" in entries[-1]["error"], entries[-1]
@@ -87,6 +91,7 @@ def test_a_skipped_collective_is_named_in_the_errors_and_in_every_rank_s_dump(tm
     assert "gloo:" not in report, report  # the stand-in name is never shown
     assert "Not all ranks joining collective, sequence number: 2" in report, report
     assert "missing ranks: {2}" in report, report
+    assert re.search(r"skipped_collective at \S*faults\.py:\d+", report), report  # where each rank was
 
 
 def test_a_rank_outside_the_backend_is_said_not_to_answer():

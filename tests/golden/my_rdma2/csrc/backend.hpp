@@ -39,6 +39,10 @@
 
 #include "ops.hpp"
 
+namespace torch {
+struct CapturedTraceback;
+} // namespace torch
+
 // torch 2.14 renamed several collectives (_allgather_base became
 // all_gather_single, ...), kept the old names as deprecated aliases and added
 // gather_single. The backend overrides the canonical names of the torch it is
@@ -171,6 +175,12 @@ struct RecordedGroup {
   std::vector<int64_t> ranks;
 };
 
+// The Python frames of an op's caller (torch's CapturedTraceback).
+using Frames = std::shared_ptr<torch::CapturedTraceback>;
+// Where the caller is in the program, for the record (null while the recorder is off).
+// Takes the GIL for a moment: call it holding no lock.
+Frames callersFrames();
+
 // One op as it is recorded when issued.
 struct OpRecord {
   const std::shared_ptr<const RecordedGroup>& group;
@@ -185,6 +195,7 @@ struct OpRecord {
   std::chrono::milliseconds timeout;
   const c10::IValue& inputs;  // the tensors read; none: the op reads its outputs
   const c10::IValue& outputs;
+  Frames frames;
 };
 
 // The name c10d's recorder and its analyser give the c10d method `op`.
@@ -244,8 +255,14 @@ class GroupMonitor : public std::enable_shared_from_this<GroupMonitor> {
   // From the watcher, while an op of the process is stuck: when a peer asked
   // (explain()), answers, and dumps.
   void poll();
-  // At the group's destruction: takes its keys out of the store.
-  void close();
+  // Whether an op of the group was issued and has not finished.
+  bool underWay() const {
+    return outstanding_.load(std::memory_order_relaxed) > 0;
+  }
+  // At the group's destruction: takes its keys out of the store. With ops
+  // `underWay`, peers may be waiting for this rank: its answer says instead
+  // that it destroyed the group, and stays for them to read.
+  void close(bool underWay);
 
   // c10d's completion hooks (torch 2.15): called with the op's completion key
   // and duration when an op completed successfully.
