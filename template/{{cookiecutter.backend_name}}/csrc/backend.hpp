@@ -661,6 +661,11 @@ class {{ p.backend_class }} : public WithSplitting<c10d::Backend> {
   // c10d gave the group its name and description). Under issueMutex_.
   const std::shared_ptr<const RecordedGroup>& recordedGroup();
 
+  // At destroy, unless the group was aborted: waits, asleep, for each send in
+  // flight to complete or reach its deadline, so that posted sends are delivered
+  // as gloo's are.
+  void deliverSends();
+
   // For an op on accelerator tensors: its stream and events. Null for CPU.
   std::shared_ptr<DeviceOp> deviceOp(const c10::IValue& outputs, const c10::IValue& inputs);
 
@@ -682,6 +687,8 @@ class {{ p.backend_class }} : public WithSplitting<c10d::Backend> {
   uint64_t ops_ = 0;          // ops issued so far (each Work's sequence number)
   uint64_t collectives_ = 0;  // collectives issued so far
   std::shared_ptr<const RecordedGroup> recorded_;  // see recordedGroup()
+  std::vector<c10::weak_intrusive_ptr<{{ p.work_class }}>> sends_;  // sends that were in flight when issued
+  size_t forgetSendsAt_ = 64;  // sends_'s size at which those no longer in flight go
   // The group's pg_id: groups are created in the same order on every rank.
   const uint64_t uid_;
   const std::shared_ptr<GroupMonitor> monitor_;

@@ -284,7 +284,62 @@ def completed_send_is_delivered_after_destroy(ctx: Ctx, count: int = 1 << 20) ->
     dist.barrier(group=sync)
     if ctx.index != 1:
         dist.destroy_process_group(group)
+
+
+def posted_send_is_delivered_at_destroy(ctx: Ctx, count: int = 1 << 20) -> None:
+    """Rank 1 posts a send of 4 MiB, never waits for it, and destroys its group; rank 0 receives it 1.5 s later.
+
+    As with gloo, destroying a group delivers the sends posted on it: destroy
+    waits, asleep, for each to complete or to reach its timeout.
+    """
+    if not {"send", "recv"} <= ctx.ops or not ctx.real:
+        raise Skip("needs send and recv, and a backend that moves data")
+    sync = _sync_group()
+    group = dist.new_group(ctx.ranks)
+    sent = torch.arange(count, dtype=torch.float32)
+    dist.barrier(group=sync)
+    if ctx.index == 1:
+        dist.isend(sent, ctx.ranks[0], group=group, tag=5)
+        start, cpu = time.monotonic(), time.process_time()
+        dist.destroy_process_group(group)
+        took, cpu = time.monotonic() - start, time.process_time() - cpu
 {%- if p.impl == "ucx" %}
+        # Destroy waited for the receiver (UCX's rendezvous), asleep meanwhile.
+        assert took > 1 and cpu < 0.25 * took, f"destroy used {cpu:.2f} CPU s while it waited {took:.2f} s"
+{%- endif %}
+    elif ctx.index == 0:
+        time.sleep(1.5)
+        got = torch.zeros(count)
+        dist.recv(got, ctx.ranks[1], group=group, tag=5)
+        assert torch.equal(got, sent), f"received {got[:4].tolist()}... of {sent[:4].tolist()}..."
+    dist.barrier(group=sync)
+    if ctx.index != 1:
+        dist.destroy_process_group(group)
+{%- if p.impl == "ucx" %}
+
+
+def undelivered_send_holds_destroy_until_its_timeout(ctx: Ctx, count: int = 1 << 20) -> None:
+    """Rank 1 posts a send of 4 MiB that rank 0 never receives, then destroys its group: destroy returns at its timeout.
+
+    It waits for the send as long as the send may wait for its receiver, and
+    no longer; the send then fails with the backend's error.
+    """
+    if not {"send", "recv"} <= ctx.ops:
+        raise Skip("needs send and recv")
+    sync = _sync_group()
+    group = dist.new_group(ctx.ranks, timeout=timedelta(seconds=2))
+    dist.barrier(group=sync)
+    if ctx.index == 1:
+        work = dist.isend(torch.ones(count), ctx.ranks[0], group=group, tag=6)
+        start = time.monotonic()
+        dist.destroy_process_group(group)
+        took = time.monotonic() - start
+        assert 1.5 < took < 6, f"destroy returned after {took:.2f} s; the send's timeout is 2 s"
+        with pytest.raises(RuntimeError, match=rf"Backend {BACKEND} \(rank 1\): send #0"):
+            work.wait()
+    dist.barrier(group=sync)
+    if ctx.index != 1:
+        dist.destroy_process_group(group)
 
 
 def receive_given_up_on_mid_message(ctx: Ctx, count: int = 32 << 20) -> None:

@@ -83,7 +83,15 @@ def test_a_receive_that_timed_out_takes_no_message():
 
 def test_a_completed_send_is_delivered_after_the_sender_destroys_its_group(cluster):
     cluster.run("completed_send_is_delivered_after_destroy")
+
+
+def test_a_posted_send_is_delivered_when_its_group_is_destroyed(cluster):
+    cluster.run("posted_send_is_delivered_at_destroy")
 {%- if p.impl == "ucx" %}
+
+
+def test_destroy_waits_for_an_undelivered_send_until_its_timeout_only():
+    run_alone(2, "undelivered_send_holds_destroy_until_its_timeout")
 
 
 def test_a_receive_given_up_on_mid_message_never_writes_after_failing():

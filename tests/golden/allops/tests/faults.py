@@ -276,6 +276,33 @@ def completed_send_is_delivered_after_destroy(ctx: Ctx, count: int = 1 << 20) ->
         dist.destroy_process_group(group)
 
 
+def posted_send_is_delivered_at_destroy(ctx: Ctx, count: int = 1 << 20) -> None:
+    """Rank 1 posts a send of 4 MiB, never waits for it, and destroys its group; rank 0 receives it 1.5 s later.
+
+    As with gloo, destroying a group delivers the sends posted on it: destroy
+    waits, asleep, for each to complete or to reach its timeout.
+    """
+    if not {"send", "recv"} <= ctx.ops or not ctx.real:
+        raise Skip("needs send and recv, and a backend that moves data")
+    sync = _sync_group()
+    group = dist.new_group(ctx.ranks)
+    sent = torch.arange(count, dtype=torch.float32)
+    dist.barrier(group=sync)
+    if ctx.index == 1:
+        dist.isend(sent, ctx.ranks[0], group=group, tag=5)
+        start, cpu = time.monotonic(), time.process_time()
+        dist.destroy_process_group(group)
+        took, cpu = time.monotonic() - start, time.process_time() - cpu
+    elif ctx.index == 0:
+        time.sleep(1.5)
+        got = torch.zeros(count)
+        dist.recv(got, ctx.ranks[1], group=group, tag=5)
+        assert torch.equal(got, sent), f"received {got[:4].tolist()}... of {sent[:4].tolist()}..."
+    dist.barrier(group=sync)
+    if ctx.index != 1:
+        dist.destroy_process_group(group)
+
+
 def numbering_across_op_kinds(ctx: Ctx) -> None:
     """One sequence number per group: a receive and a collective never share one."""
     if not {"recv", "allreduce"} <= ctx.ops:

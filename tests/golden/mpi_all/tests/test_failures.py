@@ -73,6 +73,10 @@ def test_a_completed_send_is_delivered_after_the_sender_destroys_its_group(clust
     cluster.run("completed_send_is_delivered_after_destroy")
 
 
+def test_a_posted_send_is_delivered_when_its_group_is_destroyed(cluster):
+    cluster.run("posted_send_is_delivered_at_destroy")
+
+
 def test_one_sequence_number_per_group():
     run_alone(2, "numbering_across_op_kinds", group_timeout=SHORT_TIMEOUT)
 

@@ -980,7 +980,30 @@ c10::intrusive_ptr<c10d::Backend::Options> BackendMyRdma2::getBackendOptions() {
   return opts;
 }
 
+void BackendMyRdma2::deliverSends() {
+  std::vector<c10::intrusive_ptr<WorkMyRdma2>> sends;
+  {
+    std::lock_guard<std::mutex> lock(issueMutex_);
+    for (const auto& weak : sends_) {
+      if (auto send = weak.lock(); send && send->inFlight()) {
+        sends.push_back(std::move(send));
+      }
+    }
+    sends_.clear();
+  }
+  for (const auto& send : sends) {
+    auto nap = std::chrono::milliseconds(1);
+    while (send->inFlight() && Clock::now() < send->deadline_) {
+      std::this_thread::sleep_for(nap);
+      nap = std::min(nap * 2, std::chrono::milliseconds(50));
+    }
+  }
+}
+
 void BackendMyRdma2::shutdown() {
+  if (!group_->aborted.load()) {
+    deliverSends();
+  }
   const bool underWay = monitor_->underWay();  // before the queues fail what is left
   group_->aborted.store(true);  // bodies and done functions see it in OpContext::expired()
   if (library_->busy()) {
@@ -1128,6 +1151,24 @@ c10::intrusive_ptr<c10d::Work> BackendMyRdma2::issue(
   if (where == Runs::kHere) {
     work->run();  // a send, on the caller's thread
     handed = !work->inFlight() || queue.push(work);
+    if (handed && work->inFlight()) {
+      std::vector<c10::intrusive_ptr<WorkMyRdma2>> over;  // let go of after the lock
+      std::lock_guard<std::mutex> lock(issueMutex_);
+      if (sends_.size() >= forgetSendsAt_) {  // forget those no longer in flight
+        std::vector<c10::weak_intrusive_ptr<WorkMyRdma2>> inFlight;
+        for (auto& weak : sends_) {
+          auto send = weak.lock();
+          if (send && send->inFlight()) {
+            inFlight.push_back(std::move(weak));
+          } else if (send) {
+            over.push_back(std::move(send));
+          }
+        }
+        sends_.swap(inFlight);
+        forgetSendsAt_ = std::max<size_t>(64, 2 * sends_.size());
+      }
+      sends_.emplace_back(work);
+    }
   }
   if (!handed) {
     work->abandon();  // the group was destroyed meanwhile

@@ -66,6 +66,14 @@ def test_a_completed_send_is_delivered_after_the_sender_destroys_its_group(clust
     cluster.run("completed_send_is_delivered_after_destroy")
 
 
+def test_a_posted_send_is_delivered_when_its_group_is_destroyed(cluster):
+    cluster.run("posted_send_is_delivered_at_destroy")
+
+
+def test_destroy_waits_for_an_undelivered_send_until_its_timeout_only():
+    run_alone(2, "undelivered_send_holds_destroy_until_its_timeout")
+
+
 def test_a_receive_given_up_on_mid_message_never_writes_after_failing():
     run_alone(2, "receive_given_up_on_mid_message", group_timeout=2.0, env={"UCX_RNDV_THRESH": "inf"})
 
