@@ -453,7 +453,7 @@ class WorkAllops : public c10d::Work {
     return done_.load(std::memory_order_acquire);
   }
   bool inFlight() const {
-    return inFlight_.load(std::memory_order_acquire);
+    return inFlight_->load(std::memory_order_acquire);
   }
   // Whether a caller polls it in wait() (kBodiesOnlyStart): the worker leaves it.
   bool awaited() const {
@@ -510,7 +510,8 @@ class WorkAllops : public c10d::Work {
   bool holdsLibrary_ = false;
   Clock::time_point started_;
   std::atomic<bool> cancelled_{false};
-  std::atomic<bool> inFlight_{false};
+  // Shared with whoever waits for the op to leave flight without keeping it (deliverSends).
+  const std::shared_ptr<std::atomic<bool>> inFlight_ = std::make_shared<std::atomic<bool>>(false);
   std::atomic<bool> polling_{false};
   std::atomic<int> waiters_{0};
   std::atomic<bool> done_{false};
@@ -573,9 +574,10 @@ class BackendAllops : public WithSplitting<c10d::Backend> {
   const std::string getBackendName() const override {
     return "allops";
   }
-  // Fails the queued ops and stops the queues; ops in flight give up. The
-  // communicator is finalized once the last op lets go of it. Bounded in
-  // time, from any thread, an op's callback included.
+  // Delivers the sends in flight (deliverSends), then fails the queued ops
+  // and stops the queues; ops in flight give up. The communicator is
+  // finalized once the last op lets go of it. Bounded by the sends' timeouts
+  // (abort() does not wait for them), from any thread, an op's callback included.
   void shutdown() override;
   void abort() override;
   // The default timeout of the ops issued from now on.
@@ -755,9 +757,9 @@ class BackendAllops : public WithSplitting<c10d::Backend> {
   // c10d gave the group its name and description). Under issueMutex_.
   const std::shared_ptr<const RecordedGroup>& recordedGroup();
 
-  // At destroy, unless the group was aborted: waits, asleep, for each send in
-  // flight to complete or reach its deadline, so that posted sends are delivered
-  // as gloo's are.
+  // At destroy, while the group is usable: waits, asleep, for each send in
+  // flight to complete or reach its deadline (or the group to fail or be
+  // aborted), so that posted sends are delivered as gloo's are.
   void deliverSends();
 
   // For an op on accelerator tensors: its stream and events. Null for CPU.
@@ -781,7 +783,8 @@ class BackendAllops : public WithSplitting<c10d::Backend> {
   uint64_t ops_ = 0;          // ops issued so far (each Work's sequence number)
   uint64_t collectives_ = 0;  // collectives issued so far
   std::shared_ptr<const RecordedGroup> recorded_;  // see recordedGroup()
-  std::vector<c10::weak_intrusive_ptr<WorkAllops>> sends_;  // sends that were in flight when issued
+  // The sends that were in flight when issued: whether each still is, and its deadline.
+  std::vector<std::pair<std::shared_ptr<const std::atomic<bool>>, Clock::time_point>> sends_;
   size_t forgetSendsAt_ = 64;  // sends_'s size at which those no longer in flight go
   // The group's pg_id: groups are created in the same order on every rank.
   const uint64_t uid_;

@@ -600,7 +600,7 @@ void WorkSingle::run() {
   }
   body_ = nullptr;  // drops the tensors the body captured
   if (later_) {
-    inFlight_.store(true, std::memory_order_release);
+    inFlight_->store(true, std::memory_order_release);
     if (kBodiesOnlyStart) {
       { std::lock_guard<std::mutex> lock(mutex_); }  // a caller asleep in await() sees it in flight
       cv_.notify_all();
@@ -626,7 +626,7 @@ bool WorkSingle::tryPoll() {
   bool completed = false;
   bool dropped = false;
   std::exception_ptr error;
-  if (!inFlight_.load(std::memory_order_relaxed)) {
+  if (!inFlight_->load(std::memory_order_relaxed)) {
     // Another thread saw it complete just now.
   } else if (cancelled_.load() && Clock::now() > giveUpAt()) {
     dropped = true;  // it failed, and its done function did not give up in time
@@ -648,7 +648,7 @@ bool WorkSingle::tryPoll() {
     queue_->latelyNs.store(
         (queue_->latelyNs.load(std::memory_order_relaxed) + std::chrono::nanoseconds(took).count()) / 2,
         std::memory_order_relaxed);
-    inFlight_.store(false, std::memory_order_release);
+    inFlight_->store(false, std::memory_order_release);
     release();
   }
   polling_.store(false, std::memory_order_release);
@@ -981,19 +981,17 @@ c10::intrusive_ptr<c10d::Backend::Options> BackendSingle::getBackendOptions() {
 }
 
 void BackendSingle::deliverSends() {
-  std::vector<c10::intrusive_ptr<WorkSingle>> sends;
+  decltype(sends_) sends;
   {
     std::lock_guard<std::mutex> lock(issueMutex_);
-    for (const auto& weak : sends_) {
-      if (auto send = weak.lock(); send && send->inFlight()) {
-        sends.push_back(std::move(send));
-      }
-    }
-    sends_.clear();
+    sends.swap(sends_);
   }
-  for (const auto& send : sends) {
+  const auto usable = [this] {
+    return !group_->aborted.load() && !library_->aborted() && !health_->refuse("");
+  };
+  for (const auto& [inFlight, deadline] : sends) {
     auto nap = std::chrono::milliseconds(1);
-    while (send->inFlight() && Clock::now() < send->deadline_) {
+    while (inFlight->load(std::memory_order_acquire) && Clock::now() < deadline && usable()) {
       std::this_thread::sleep_for(nap);
       nap = std::min(nap * 2, std::chrono::milliseconds(50));
     }
@@ -1152,22 +1150,14 @@ c10::intrusive_ptr<c10d::Work> BackendSingle::issue(
     work->run();  // a send, on the caller's thread
     handed = !work->inFlight() || queue.push(work);
     if (handed && work->inFlight()) {
-      std::vector<c10::intrusive_ptr<WorkSingle>> over;  // let go of after the lock
       std::lock_guard<std::mutex> lock(issueMutex_);
       if (sends_.size() >= forgetSendsAt_) {  // forget those no longer in flight
-        std::vector<c10::weak_intrusive_ptr<WorkSingle>> inFlight;
-        for (auto& weak : sends_) {
-          auto send = weak.lock();
-          if (send && send->inFlight()) {
-            inFlight.push_back(std::move(weak));
-          } else if (send) {
-            over.push_back(std::move(send));
-          }
-        }
-        sends_.swap(inFlight);
+        sends_.erase(
+            std::remove_if(sends_.begin(), sends_.end(), [](const auto& send) { return !send.first->load(); }),
+            sends_.end());
         forgetSendsAt_ = std::max<size_t>(64, 2 * sends_.size());
       }
-      sends_.emplace_back(work);
+      sends_.emplace_back(work->inFlight_, work->deadline_);
     }
   }
   if (!handed) {
