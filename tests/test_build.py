@@ -49,7 +49,8 @@ def run_own_tests(built: Built, files: tuple[str, ...] = EVERYTHING) -> None:
     env = {**os.environ, "PYTHONPATH": str(built.site)}
     if sizes := os.environ.get("NEW_BACKEND_TEST_WORLD_SIZES"):  # e.g. "3", for a quicker run
         env[f"{built.answers['backend_name'].upper()}_TEST_WORLD_SIZES"] = sizes
-    paths = [str(built.project / "tests" / file) for file in files]
+    # (The dummy implementation's projects have no test_matrix.py: their ops zero.)
+    paths = [str(path) for file in files if (path := built.project / "tests" / file).exists()]
     pytest_args = [*paths, "-q", "-p", "no:cacheprovider"]
     done = subprocess.run(
         [sys.executable, "-m", "pytest", *pytest_args, f"--junitxml={report}"],
