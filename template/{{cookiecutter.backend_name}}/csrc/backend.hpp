@@ -182,6 +182,10 @@ using Frames = std::shared_ptr<torch::CapturedTraceback>;
 // Takes the GIL for a moment: call it holding no lock.
 Frames callersFrames();
 
+// At the interpreter's exit, before it finalizes (Python's atexit, with the GIL
+// released): waits for the dumps reading Python frames, and lets no more read them.
+void stopReadingFrames();
+
 // One op as it is recorded when issued.
 struct OpRecord {
   const std::shared_ptr<const RecordedGroup>& group;

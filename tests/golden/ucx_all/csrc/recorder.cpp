@@ -36,8 +36,9 @@ constexpr auto kWatchEvery = std::chrono::seconds(1);
 // How long a rank whose collective timed out waits for the others to say which
 // collective they reached: two of the watcher's periods, and time to spare.
 constexpr auto kAnswerWithin = std::chrono::seconds(3);
-// How long a dump waits for the Python frames of its ops (symbolized()).
-constexpr auto kSymbolizeWithin = std::chrono::seconds(2);
+// How long a dump waits for the Python frames of its ops (symbolized()): the
+// first reading in a process imports the Python modules that do it.
+constexpr auto kSymbolizeWithin = std::chrono::seconds(10);
 // The keys of that conversation, in the group's store.
 constexpr char kAskedKey[] = "flight_recorder/asked";  // read by the watcher while the process exits
 
@@ -95,6 +96,28 @@ c10::List<c10::IValue> newList() {
 std::vector<uint8_t> bytes(const std::string& text) {
   return std::vector<uint8_t>(text.begin(), text.end());
 }
+
+// The threads reading Python frames (Recorder::symbolized). A thread that
+// waits for the GIL once the interpreter is finalizing brings the process
+// down, so the interpreter, at exit (stopReadingFrames, from Python's atexit),
+// lets those under way finish and allows no more.
+struct FrameReaders {
+  static FrameReaders& get() {
+    static auto* readers = new FrameReaders();  // never destroyed: its threads may outlive exit()
+    return *readers;
+  }
+  void left() {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      --active;
+    }
+    idle.notify_all();
+  }
+  std::mutex mutex;
+  std::condition_variable idle;
+  int active = 0;
+  bool closed = false;
+};
 
 // The ring of the process's last ops. One mutex, held for a few hundred
 // nanoseconds by each op when it is issued, starts and finishes.
@@ -304,10 +327,18 @@ class Recorder {
     if (held.empty() || !pythonIsThere()) {
       return result;
     }
+    FrameReaders& readers = FrameReaders::get();
+    {
+      std::lock_guard<std::mutex> lock(readers.mutex);
+      if (readers.closed) {
+        return result;  // the interpreter exits
+      }
+      ++readers.active;
+    }
     auto promise = std::make_shared<std::promise<torch::SymbolizedTracebacks>>();
     std::future<torch::SymbolizedTracebacks> reading = promise->get_future();
     try {
-      std::thread([held, promise] {
+      std::thread([held, promise, &readers] {
         std::vector<torch::CapturedTraceback*> tracebacks;
         for (const Frames& frames : held) {
           tracebacks.push_back(frames.get());
@@ -317,8 +348,10 @@ class Recorder {
         } catch (const std::exception&) {
           promise->set_exception(std::current_exception());
         }
+        readers.left();
       }).detach();
     } catch (const std::system_error&) {
+      readers.left();
       return result;  // no thread to read them on
     }
     torch::SymbolizedTracebacks read;
@@ -544,6 +577,13 @@ const char* recordedName(const char* op) {
   };
   const auto it = names->find(op);
   return it == names->end() ? op : it->second;
+}
+
+void stopReadingFrames() {
+  FrameReaders& readers = FrameReaders::get();
+  std::unique_lock<std::mutex> lock(readers.mutex);
+  readers.closed = true;
+  readers.idle.wait_for(lock, kSymbolizeWithin + std::chrono::seconds(1), [&readers] { return readers.active == 0; });
 }
 
 Frames callersFrames() {
