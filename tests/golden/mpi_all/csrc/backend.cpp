@@ -989,9 +989,10 @@ void BackendMpiAll::deliverSends() {
   const auto usable = [this] {
     return !group_->aborted.load() && !library_->aborted() && !health_->refuse("");
   };
+  const auto until = Clock::now() + kStopGrace;  // a peer that destroyed its group takes none
   for (const auto& [inFlight, deadline] : sends) {
     auto nap = std::chrono::milliseconds(1);
-    while (inFlight->load(std::memory_order_acquire) && Clock::now() < deadline && usable()) {
+    while (inFlight->load(std::memory_order_acquire) && Clock::now() < std::min(deadline, until) && usable()) {
       std::this_thread::sleep_for(nap);
       nap = std::min(nap * 2, std::chrono::milliseconds(50));
     }

@@ -580,8 +580,8 @@ class BackendMyRdma2 : public WithSplitting<c10d::Backend> {
   }
   // Delivers the sends in flight (deliverSends), then fails the queued ops
   // and stops the queues; ops in flight give up. The communicator is
-  // finalized once the last op lets go of it. Bounded by the sends' timeouts
-  // (abort() does not wait for them), from any thread, an op's callback included.
+  // finalized once the last op lets go of it. Bounded in time (the sends get
+  // 5 s at most; abort() does not wait for them), from any thread, an op's callback included.
   void shutdown() override;
   void abort() override;
   // The default timeout of the ops issued from now on.
@@ -687,8 +687,8 @@ class BackendMyRdma2 : public WithSplitting<c10d::Backend> {
   const std::shared_ptr<const RecordedGroup>& recordedGroup();
 
   // At destroy, while the group is usable: waits, asleep, for each send in
-  // flight to complete or reach its deadline (or the group to fail or be
-  // aborted), so that posted sends are delivered as gloo's are.
+  // flight to complete or reach its deadline, 5 s in all at most (or the
+  // group to fail or be aborted), so that posted sends are delivered as gloo's are.
   void deliverSends();
 
   // For an op on accelerator tensors: its stream and events. Null for CPU.
