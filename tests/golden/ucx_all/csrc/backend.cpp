@@ -1003,7 +1003,8 @@ void BackendUcxAll::shutdown() {
   if (!group_->aborted.load()) {
     deliverSends();
   }
-  const bool underWay = monitor_->underWay();  // before the queues fail what is left
+  // Peers may wait for this rank's ops under way, unless the group failed already (they were told).
+  const bool underWay = monitor_->underWay() && !health_->refuse("");  // before the queues fail the rest
   group_->aborted.store(true);  // bodies and done functions see it in OpContext::expired()
   if (library_->busy()) {
     library_->abort();  // an op uses the library: make it return
