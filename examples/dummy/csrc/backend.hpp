@@ -87,6 +87,10 @@ class Health {
       failed_.store(true, std::memory_order_release);
     }
   }
+  // Whether a failure was recorded: the group is no longer usable.
+  bool failed() const {
+    return failed_.load(std::memory_order_acquire);
+  }
   // Null while the group is usable; else the error refusing the op `who`.
   std::exception_ptr refuse(const std::string& who) const {
     if (!failed_.load(std::memory_order_acquire)) {

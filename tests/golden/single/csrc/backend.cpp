@@ -987,7 +987,7 @@ void BackendSingle::deliverSends() {
     sends.swap(sends_);
   }
   const auto usable = [this] {
-    return !group_->aborted.load() && !library_->aborted() && !health_->refuse("");
+    return !group_->aborted.load() && !library_->aborted() && !health_->failed();
   };
   const auto until = Clock::now() + kStopGrace;  // a peer that destroyed its group takes none
   for (const auto& [inFlight, deadline] : sends) {
@@ -1004,7 +1004,7 @@ void BackendSingle::shutdown() {
     deliverSends();
   }
   // Peers may wait for this rank's ops under way, unless the group failed already (they were told).
-  const bool underWay = monitor_->underWay() && !health_->refuse("");  // before the queues fail the rest
+  const bool underWay = monitor_->underWay() && !health_->failed();  // before the queues fail the rest
   group_->aborted.store(true);  // bodies and done functions see it in OpContext::expired()
   if (library_->busy()) {
     library_->abort();  // an op uses the library: make it return
