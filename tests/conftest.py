@@ -117,3 +117,17 @@ def built_ucx(tmp_path_factory: pytest.TempPathFactory) -> Built:
         "ucx_all", ops="all", impl="ucx", output_dir=tmp_path_factory.mktemp("render")
     )
     return build(rendered.target, tmp_path_factory.mktemp("build-ucx"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The mutation catalogue (about 20 minutes on two cores) runs only when asked for.
+
+    ``-m mutation`` runs it alone; ``python -m pytest tests`` and CI skip it
+    (tests/test_mutation.py's checks that build nothing still run).
+    """
+    if "mutation" in (config.getoption("markexpr") or ""):
+        return
+    skip = pytest.mark.skip(reason="the mutation catalogue runs when asked for: -m mutation")
+    for item in items:
+        if item.get_closest_marker("mutation") is not None:
+            item.add_marker(skip)

@@ -14,6 +14,7 @@ import errno
 import json
 import os
 import shutil
+import signal
 import tempfile
 import time
 from dataclasses import dataclass
@@ -224,6 +225,8 @@ def render_template(template: Path, context: dict[str, str], dest: Path) -> Path
 
     cookiecutter's config, replay file and cache, and the rendered hook scripts
     it leaves in the temporary folder, all go to a scratch folder removed here.
+    SIGINT and SIGTERM wait until cookiecutter returns (a second or so): one
+    that came while a hook script ran would remove the scratch folder under it.
     """
     with tempfile.TemporaryDirectory(prefix="new-backend-cookiecutter-") as home:
         config = Path(home, "config.yaml")
@@ -234,6 +237,7 @@ def render_template(template: Path, context: dict[str, str], dest: Path) -> Path
         )
         system_tmp = tempfile.tempdir
         tempfile.tempdir = home  # cookiecutter never deletes its rendered hook scripts
+        deferred = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         try:
             project = cookiecutter(
                 str(template),
@@ -247,6 +251,7 @@ def render_template(template: Path, context: dict[str, str], dest: Path) -> Path
             raise TemplateError(f"rendering the template failed: {reason}") from e
         finally:
             tempfile.tempdir = system_tmp
+            signal.pthread_sigmask(signal.SIG_SETMASK, deferred)
     return Path(project)
 
 
