@@ -49,7 +49,7 @@ IMPLS = ("store", "mpi", "ucx")
 #: The per-op tests of a generated suite (file::function); ids end in ``-OP]``.
 OP_TESTS = (
     "test_ops.py::test_op",
-    "test_ops.py::test_op_with_last_rank_as_root",
+    "test_ops.py::test_op_with_the_middle_and_last_rank_as_root",
     "test_ops.py::test_op_async",
     "test_ops.py::test_op_on_noncontiguous_tensors",
     "test_ops.py::test_op_in_the_shapes_real_clients_use",

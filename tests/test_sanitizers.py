@@ -23,7 +23,7 @@ inside torch. It runs twice: as generated, and with ``kBodiesOnlyStart`` true
 thread, callers polling their own ops).
 
 Needs gcc's sanitizer runtimes (libasan, libubsan, libtsan: Debian's gcc has
-them). Marked ``build``: two ASan builds, 9 store tests and 18 ucx receive
+them). Marked ``build``: two ASan builds, 9 store tests and 19 ucx receive
 tests under ASan (at 3 ranks), two TSan compiles and runs: about 10.5 minutes
 on two shared cores (7 before the ucx build and the caller-driven TSan run).
 """
@@ -194,7 +194,7 @@ def test_runtime_and_failure_tests_under_asan_and_ubsan(asan_built: Built, tmp_p
 UCX_SELECTED = ["tests/test_failures.py", "tests/test_ops.py", "-k", "recv or receive"]
 #: At 3 ranks only (ucx's own suite runs 2 and 3): a rank under ASan starts in seconds.
 UCX_WORLD_SIZES = "3"
-UCX_SELECTED_COUNT = 18
+UCX_SELECTED_COUNT = 19
 
 
 def test_ucx_receives_under_asan_and_ubsan(

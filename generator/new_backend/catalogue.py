@@ -46,6 +46,7 @@ class Op:
     returns: str
     dummy: str
     test: str
+    writes: tuple[str, ...]
     test_in_place: str = ""
     store: str = ""
     mpi: str = ""
@@ -72,6 +73,17 @@ class Op:
     def body_for(self, impl: str) -> str:
         """The C++ body of this op in ops.cpp for an implementation (dummy, store, mpi, ucx)."""
         return getattr(self, impl)
+
+    @property
+    def python_params(self) -> tuple[str, ...]:
+        """The parameters of the ``python`` call: ``("tensor_list", "tensor")``."""
+        inside = self.python[self.python.index("(") + 1 : self.python.index(")")]
+        return tuple(p.split("=")[0].strip() for p in inside.split(",") if p.strip())
+
+    @property
+    def written_positions(self) -> tuple[int, ...]:
+        """Where in the ``python`` call the arguments the op writes are (``writes``)."""
+        return tuple(self.python_params.index(name) for name in self.writes)
 
     @property
     def on_receive_queue(self) -> bool:
@@ -164,6 +176,7 @@ def load_catalogue(path: Path = CATALOGUE_FILE) -> Catalogue:
     for entry in raw["op"]:
         entry = dict(entry)
         entry["aliases"] = tuple(entry.get("aliases", ()))
+        entry["writes"] = tuple(entry["writes"])
         entry["renamed"] = _rename(entry.get("renamed"))
         entry["op_type_renamed"] = _rename(entry.get("op_type_renamed"))
         entry = {k: v.strip("\n") if isinstance(v, str) else v for k, v in entry.items()}
@@ -171,5 +184,10 @@ def load_catalogue(path: Path = CATALOGUE_FILE) -> Catalogue:
             raise ValueError(
                 f'catalogue: {entry["name"]}: queue must be "ops", "receives" or "caller"'
             )
-        ops.append(Op(**entry))
+        op = Op(**entry)
+        if unknown := sorted(set(op.writes) - set(op.python_params)):
+            raise ValueError(
+                f"catalogue: {op.name}: writes {unknown}, not parameters of {op.python}"
+            )
+        ops.append(op)
     return Catalogue(tuple(ops), dict(raw.get("not_supported", {})), dict(raw.get("defaults", {})))

@@ -12,6 +12,7 @@ cases check real results.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib
@@ -34,6 +35,22 @@ OPS = {
     "allreduce",
     "allgather",
 }
+#: Which arguments of each op's torch.distributed call (by position) it writes: every
+#: other tensor the call is given must come back unchanged (catalogue.toml: writes).
+WRITES = {
+    "allreduce": (0,),
+    "allgather": (0,),
+}
+#: The ops that take a reduce op.
+REDUCING = {
+    "allreduce",
+}
+REDUCE_OPS = ["SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR"]
+#: A dtype each reduce op is defined on (float32 for the others).
+REDUCE_OP_DTYPES = {"BAND": "int32", "BOR": "int32", "BXOR": "int32"}
+#: Point-to-point tags over the range of c10d's int: a transport that keeps 16 or
+#: 28 bits of a tag mixes up the first three; MPI may refuse the last (MPI_TAG_UB).
+TAGS = [7, 7 + 2**16, 7 + 2**28, 2**31 - 1]
 #: The device the cases use: the backend's first device.
 DEVICE = "cpu" if "cpu" in dummy_collectives.DEVICES else "cuda"
 #: Whether the backend really communicates (False: the tutorial's dummy semantics).
@@ -78,6 +95,7 @@ class Ctx:
         values: str = "small",
         layout: str = "contiguous",
         seed: int = SEED,
+        row: tuple[int, ...] = (),
     ):
         self.rank = dist.get_rank()
         self.group = gloo_group() if gloo else None
@@ -97,6 +115,8 @@ class Ctx:
         self.handles: list | None = None  # when a list, finish() keeps handles instead
         self.n = n
         self.layout = "strided" if noncontiguous else layout
+        self.row = tuple(row)  # each of the n elements of a tensor is a row of this shape
+        self.writes: tuple[int, ...] | None = None  # set by the op's case (WRITES)
         self.seed = seed
         self.values = values if dtype in REAL_DTYPES else "small"
         self.device = torch.device(device)
@@ -133,13 +153,13 @@ class Ctx:
         if self.layout == "contiguous":
             return t
         if self.layout == "strided":
-            view = torch.zeros(t.numel(), 2, dtype=t.dtype, device=self.device)[:, 0]
+            view = torch.zeros(t.numel(), 2, dtype=t.dtype, device=self.device)[:, 0].view(t.shape)
         elif self.layout == "offset":
-            view = torch.zeros(t.numel() + 1, dtype=t.dtype, device=self.device)[1:]
-        elif self.layout == "column":
+            view = torch.zeros(t.numel() + 1, dtype=t.dtype, device=self.device)[1:].view(t.shape)
+        elif self.layout == "column" and t.dim() == 1:
             view = torch.zeros(t.numel(), 3, dtype=t.dtype, device=self.device)[:, 1:2]
         else:
-            raise ValueError(f"no layout {self.layout!r}")
+            raise ValueError(f"no layout {self.layout!r} for a tensor of shape {tuple(t.shape)}")
         view.copy_(t.view(view.shape))
         return view
 
@@ -157,16 +177,20 @@ class Ctx:
         results (their bit patterns differ too: 1, 2, 3, 4...). bool keeps the
         low bit.
 
-        With ``values="real"``: what real tensors hold (see ``_real``).
+        With ``values="real"``: what real tensors hold (see ``_real``). With
+        ``row``, each of the ``n`` elements is a row of that shape (what
+        all_to_all_single's split sizes count).
         """
         n = self.n if n is None else n
+        shape = (n, *self.row)
+        m = math.prod(shape)
         if self.values == "real":
-            return self._layout(self._real(rank, shift, n))
-        values = 1 + (torch.arange(n) + 2 * rank + shift) % 4
-        values[:2] = torch.tensor([1 + rank % 8, 1 + (rank + shift) % 8])[:n]
+            return self._layout(self._real(rank, shift, m).view(shape))
+        values = 1 + (torch.arange(m) + 2 * rank + shift) % 4
+        values[:2] = torch.tensor([1 + rank % 8, 1 + (rank + shift) % 8])[:m]
         if self.dtype == torch.bool:
             values = values % 2
-        return self._layout(values.to(self.dtype))
+        return self._layout(values.to(self.dtype).view(shape))
 
     def _real(self, rank: int, shift: int, n: int) -> torch.Tensor:
         """Random values, seeded by (seed, rank, shift, n, dtype), the dtype's extremes first.
@@ -221,7 +245,7 @@ class Ctx:
         """An output tensor, filled with a value no rank sends (12: exact in every dtype)."""
         n = self.n if n is None else n
         fill = True if self.dtype == torch.bool else 12
-        return self._layout(torch.full((n,), fill, dtype=self.dtype))
+        return self._layout(torch.full((n, *self.row), fill, dtype=self.dtype))
 
     def reduce(self, tensors: list[torch.Tensor]) -> torch.Tensor:
         """The reduction of ``tensors`` with ``self.op``, computed in a wide type."""
@@ -353,35 +377,73 @@ class Ctx:
         assert all(torch.equal(_bits(a), _bits(b)) for a, b in zip(copies, outputs))
 
     def call(self, fn, *args, **kwargs) -> None:
-        """Calls a collective with this case's group and async_op, and finishes it."""
+        """Calls a collective with this case's group and async_op, and finishes it; the
+        tensors it only reads come back unchanged."""
         kwargs.setdefault("group", self.group)
         kwargs.setdefault("async_op", self.async_op)
-        self.finish(fn(*args, **kwargs))
+        with self.unchanged(self.read_only(fn, args, kwargs), fn.__name__):
+            self.finish(fn(*args, **kwargs))
 
     def p2p(self, blocking, nonblocking, *args, **kwargs) -> None:
         """send/recv have no async_op: use isend/irecv for async cases."""
         kwargs.setdefault("group", self.group)
-        if self.async_op:
-            self.finish(nonblocking(*args, **kwargs))
-        else:
-            blocking(*args, **kwargs)
+        with self.unchanged(self.read_only(blocking, args, kwargs), blocking.__name__):
+            if self.async_op:
+                self.finish(nonblocking(*args, **kwargs))
+            else:
+                blocking(*args, **kwargs)
 
-    def coalesced(self, issue) -> None:
-        """Issues collectives inside torch.distributed's coalescing manager."""
-        with dist._coalescing_manager(group=self.group, async_ops=self.async_op) as manager:
-            issue()
-        if self.async_op:
-            manager.wait()
+    def coalesced(self, issue, reads: list[torch.Tensor] = ()) -> None:
+        """Issues collectives inside torch.distributed's coalescing manager; ``reads``, the
+        tensors they only read, come back unchanged."""
+        with self.unchanged(list(reads), "the coalesced calls"):
+            with dist._coalescing_manager(group=self.group, async_ops=self.async_op) as manager:
+                issue()
+            if self.async_op:
+                manager.wait()
+
+    def read_only(self, fn, args: tuple, kwargs: dict) -> list[torch.Tensor]:
+        """The tensors given to ``fn(*args, **kwargs)`` that the op's contract (``writes``)
+        says it only reads, but for those that share memory with one it writes."""
+        if self.writes is None:
+            return []
+        names = list(inspect.signature(fn).parameters)
+        given = {**dict(zip(names, args)), **kwargs}
+        written = {names[i] for i in self.writes if i < len(names)}
+        memory = {t.untyped_storage().data_ptr() for k in written for t in _tensors_in(given.get(k))}
+        return [
+            t
+            for name, value in given.items()
+            if name not in written
+            for t in _tensors_in(value)
+            if t.untyped_storage().data_ptr() not in memory
+        ]
+
+    @contextlib.contextmanager
+    def unchanged(self, tensors: list[torch.Tensor], what: str):
+        """``tensors`` hold the same bits after the block as before it (checked once the block
+        waited for its ops: not while the case keeps their handles)."""
+        before = [t.clone() for t in tensors]
+        yield
+        if self.handles is not None:
+            return
+        for t, copy in zip(tensors, before):
+            t, copy = t.cpu(), copy.cpu()
+            same = _bits(t) == _bits(copy)
+            assert same.all(), f"{what} changed a tensor it only reads: " + _first_difference(
+                t, copy, ~same, "from before the call"
+            )
 
     def ring_exchange(self, tag: int) -> None:
         """Every rank sends to the next and receives from the previous one."""
-        out = self.empty()
-        works = [
-            dist.isend(self.data(self.rank), self.next_rank, group=self.group, tag=tag),
-            dist.irecv(out, self.prev_rank, group=self.group, tag=tag),
-        ]
-        for work in works:
-            assert work.wait() is True
+        out, sent = self.empty(), self.data(self.rank)
+        with self.unchanged([sent], "send"):
+            works = [
+                dist.isend(sent, self.next_rank, group=self.group, tag=tag),
+                dist.irecv(out, self.prev_rank, group=self.group, tag=tag),
+            ]
+            for work in works:
+                assert work.wait() is True
         self.check(out, self.data(self.prev_rank))
 
     def require(self, op: str, why: str) -> None:
@@ -438,6 +500,15 @@ def _within(actual: torch.Tensor, expected: torch.Tensor) -> None:
         assert not wrong.any(), _first_difference(actual, expected, wrong, "the sign of zero")
 
 
+def _tensors_in(value) -> list[torch.Tensor]:
+    """The tensors in an argument (a tensor, or lists of them; anything else holds none)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for item in value for t in _tensors_in(item)]
+    return []
+
+
 def _tensors(value) -> list[torch.Tensor]:
     """The tensors in a future's value (a tensor, or nested lists of them), flattened."""
     if isinstance(value, torch.Tensor):
@@ -450,6 +521,7 @@ def _tensors(value) -> list[torch.Tensor]:
 
 def allreduce(ctx: Ctx) -> None:
     """Reduces the tensor of every rank; every rank gets the result."""
+    ctx.writes = WRITES["allreduce"]
     t = ctx.data(ctx.rank)
     ctx.call(dist.all_reduce, t, op=ctx.op)
     ctx.check(t, ctx.reduce([ctx.data(r) for r in ctx.ranks]))
@@ -458,6 +530,7 @@ def allreduce(ctx: Ctx) -> None:
 
 def allgather(ctx: Ctx) -> None:
     """Gathers the tensor of every rank into a list on every rank."""
+    ctx.writes = WRITES["allgather"]
     out = [ctx.empty() for _ in ctx.ranks]
     ctx.call(dist.all_gather, out, ctx.data(ctx.rank))
     for o, r in zip(out, ctx.ranks):
@@ -469,11 +542,14 @@ IN_PLACE = {
 }
 #: The calls of ``shapes``: zero elements, a column of a matrix (2-D, strided,
 #: offset) of an odd size that no transport's chunk divides, a view that starts
-#: into its storage, asynchronously.
+#: into its storage, asynchronously; 2-D and 3-D tensors whose rows (what
+#: all_to_all_single's splits count) hold several elements.
 SHAPES = [
     {"n": 0},
     {"n": 1031, "layout": "column"},
     {"n": 67, "layout": "offset", "async_op": True},
+    {"n": 7, "row": (3,)},
+    {"n": 5, "row": (2, 3), "layout": "offset"},
 ]
 
 
@@ -484,6 +560,27 @@ def shapes(ctx: Ctx, op: str) -> None:
         dist.barrier(group=gloo_group())  # a receive from any rank takes this call's message only
     if op in IN_PLACE:
         globals()[f"{op}_in_place"](Ctx(values="real", n=67))
+
+
+
+def every_reduction(ctx: Ctx, op: str) -> list[str]:
+    """``op`` with every reduce op on the case's group, which may be a subgroup (AVG
+    divides by its size), on a dtype each is defined for; returns those the backend took.
+
+    A reduce op the backend does not support is refused at the call, alike on
+    every rank; none may give a wrong result.
+    """
+    took = []
+    for reduce_op in REDUCE_OPS:
+        dtype = REDUCE_OP_DTYPES.get(reduce_op, "float32")
+        try:
+            globals()[op](Ctx(group_ranks=tuple(ctx.ranks), reduce_op=reduce_op, dtype=dtype, root_index=-1))
+        except RuntimeError as e:
+            if "not supported" not in str(e):
+                raise
+            continue
+        took.append(reduce_op)
+    return took
 
 # -- cases about the backend as a whole ------------------------------------------
 

@@ -17,7 +17,8 @@ namespace torch {
 // libtorch_python's (torch/csrc/profiler/python/combined_traceback.h, which
 // would bring nlohmann/json along): lets CapturedTraceback read Python
 // frames, which the flight recorder keeps for each op. Torch calls it only
-// once its profiler or memory history is used; another call adds nothing.
+// once its profiler or memory history is used; each call adds an unwinder,
+// so this module calls it once, at import.
 void installCapturedTracebackPython();
 } // namespace torch
 
@@ -44,9 +45,10 @@ const char* pythonTypeName() {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.doc() = "C++ core of the \"{{ p.name }}\" torch.distributed backend.";
   torch::installCapturedTracebackPython();
-  // Before the interpreter finalizes, dumps stop reading Python frames (recorder.cpp).
+  // Before the interpreter finalizes, dumps stop reading Python frames and groups stop
+  // talking to their stores (recorder.cpp).
   py::module_::import("atexit").attr("register")(
-      py::cpp_function(&{{ p.package }}::stopReadingFrames, py::call_guard<py::gil_scoped_release>()));
+      py::cpp_function(&{{ p.package }}::atInterpreterExit, py::call_guard<py::gil_scoped_release>()));
 
   // Options: the C++ struct of ops.hpp, one attribute per field listed in
   // describeOptions(). A new object starts from the {{ p.macro }}_* environment

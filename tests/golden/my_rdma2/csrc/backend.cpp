@@ -1003,8 +1003,9 @@ void BackendMyRdma2::shutdown() {
   if (!group_->aborted.load()) {
     deliverSends();
   }
-  // Peers may wait for this rank's ops under way, unless the group failed already (they were told).
-  const bool underWay = monitor_->underWay() && !health_->failed();  // before the queues fail the rest
+  // Peers may wait for this rank's collectives under way (before the queues fail the rest),
+  // unless the group failed already: they were told.
+  const bool underWay = queue_.state()->unfinishedCollectives.load() > 0 && !health_->failed();
   group_->aborted.store(true);  // bodies and done functions see it in OpContext::expired()
   if (library_->busy()) {
     library_->abort();  // an op uses the library: make it return

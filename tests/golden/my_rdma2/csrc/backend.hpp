@@ -186,8 +186,9 @@ using Frames = std::shared_ptr<torch::CapturedTraceback>;
 Frames callersFrames();
 
 // At the interpreter's exit, before it finalizes (Python's atexit, with the GIL
-// released): waits for the dumps reading Python frames, and lets no more read them.
-void stopReadingFrames();
+// released): waits for the dumps reading Python frames, and lets no more read
+// them; groups destroyed from then on leave the store alone.
+void atInterpreterExit();
 
 // One op as it is recorded when issued.
 struct OpRecord {
@@ -263,13 +264,11 @@ class GroupMonitor : public std::enable_shared_from_this<GroupMonitor> {
   // From the watcher, while an op of the process is stuck: when a peer asked
   // (explain()), answers, and dumps.
   void poll();
-  // Whether an op of the group was issued and has not finished.
-  bool underWay() const {
-    return outstanding_.load(std::memory_order_relaxed) > 0;
-  }
-  // At the group's destruction: takes its keys out of the store. With ops
-  // `underWay`, peers may be waiting for this rank: its answer says instead
-  // that it destroyed the group, and stays for them to read.
+  // At the group's destruction: takes its keys out of the store. With
+  // collectives `underWay`, peers may be waiting for this rank: its answer
+  // says instead that it destroyed the group, and stays for them to read.
+  // Once the interpreter exits (atInterpreterExit), nothing: the store's host
+  // may be gone, and TCPStore prints a backtrace for each request refused.
   void close(bool underWay);
 
   // c10d's completion hooks (torch 2.15): called with the op's completion key

@@ -97,14 +97,23 @@ std::vector<uint8_t> bytes(const std::string& text) {
   return std::vector<uint8_t>(text.begin(), text.end());
 }
 
+// Set by atInterpreterExit: the groups destroyed from then on leave their stores alone.
+std::atomic<bool> interpreterExits{false};
+
 // The threads reading Python frames (Recorder::symbolized). A thread that
 // waits for the GIL once the interpreter is finalizing brings the process
-// down, so the interpreter, at exit (stopReadingFrames, from Python's atexit),
+// down, so the interpreter, at exit (atInterpreterExit, from Python's atexit),
 // lets those under way finish and allows no more.
 struct FrameReaders {
   static FrameReaders& get() {
-    static auto* readers = new FrameReaders();  // never destroyed: its threads may outlive exit()
-    return *readers;
+    // A forked child starts afresh: the threads reading frames were its parent's.
+    static const int forkSafe = pthread_atfork(nullptr, nullptr, [] { instance() = new FrameReaders(); });
+    (void)forkSafe;
+    return *instance();
+  }
+  static FrameReaders*& instance() {
+    static FrameReaders* readers = new FrameReaders();  // never destroyed: its threads may outlive exit()
+    return readers;
   }
   void left() {
     {
@@ -345,7 +354,7 @@ class Recorder {
         }
         try {
           promise->set_value(torch::symbolize(tracebacks));
-        } catch (const std::exception&) {
+        } catch (...) {
           promise->set_exception(std::current_exception());
         }
         readers.left();
@@ -360,7 +369,7 @@ class Recorder {
         return result;
       }
       read = reading.get();
-    } catch (const std::exception&) {
+    } catch (...) {
       return result;
     }
     std::vector<c10::IValue> frames;
@@ -579,7 +588,8 @@ const char* recordedName(const char* op) {
   return it == names->end() ? op : it->second;
 }
 
-void stopReadingFrames() {
+void atInterpreterExit() {
+  interpreterExits.store(true);
   FrameReaders& readers = FrameReaders::get();
   std::unique_lock<std::mutex> lock(readers.mutex);
   readers.closed = true;
@@ -846,31 +856,32 @@ void GroupMonitor::poll() {
   } catch (const std::exception&) {
     return;  // the question went (its ranks destroyed the group) between the check and the get
   }
-  if (explaining_.load() == 0 && dumpOnTimeout()) {
-    try {
-      dumpRecord(group_->globalRanks.at(group_->rank));
-    } catch (const std::exception& e) {
-      TORCH_WARN("Backend my_rdma2: ", e.what());
-    }
+  if (explaining_.load() == 0) {
+    dumpSoon();  // not here: the watcher answers every group of the process
   }
 }
 
 void GroupMonitor::close(bool underWay) {
   const std::lock_guard<std::mutex> lock(keysMutex_);
-  // An answer given already says more (what this rank entered): it stays.
-  const bool tell = underWay && group_->size > 1 && !answered_.load();
-  if (closed_.exchange(true) || !(tell || answered_.load() || asked_.load())) {
+  // Peers may wait for this rank's collectives: it says it destroyed the group,
+  // unless it answered already (what it entered says more: that stays).
+  const bool peersWait = underWay && group_->size > 1;
+  const bool answered = answered_.load();
+  const bool asked = asked_.load();  // the question is this rank's own
+  if (closed_.exchange(true) || interpreterExits.load() || !(peersWait || answered || asked)) {
     return;
   }
   // Without waiting: the store may not answer (its host stopped).
-  detached([self = shared_from_this(), rank = group_->rank, tell, entered = entered_.load()] {
+  detached([self = shared_from_this(), rank = group_->rank, peersWait, answered, asked, entered = entered_.load()] {
     try {
-      if (tell) {
+      if (peersWait && !answered) {
         self->store().set(answerKey(rank), bytes(std::string(kDestroyed) + std::to_string(entered)));
-      } else {
+      } else if (!peersWait) {
         self->store().deleteKey(answerKey(rank));
       }
-      self->store().deleteKey(kAskedKey);
+      if (asked) {
+        self->store().deleteKey(kAskedKey);
+      }
     } catch (const std::exception&) {
       // the store went first
     }

@@ -7,6 +7,7 @@ cases come from new-backend's catalogue of collectives.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib
@@ -47,6 +48,45 @@ OPS = {
     "recvAnysource",
     "barrier",
 }
+#: Which arguments of each op's torch.distributed call (by position) it writes: every
+#: other tensor the call is given must come back unchanged (catalogue.toml: writes).
+WRITES = {
+    "broadcast": (0,),
+    "allreduce": (0,),
+    "allreduce_coalesced": (0,),
+    "reduce": (0,),
+    "allgather": (0,),
+    "_allgather_base": (0,),
+    "allgather_coalesced": (0,),
+    "allgather_into_tensor_coalesced": (0,),
+    "gather": (1,),
+    "gather_single": (1,),
+    "scatter": (0,),
+    "reduce_scatter": (0,),
+    "_reduce_scatter_base": (0,),
+    "reduce_scatter_tensor_coalesced": (0,),
+    "alltoall_base": (0,),
+    "alltoall": (0,),
+    "send": (),
+    "recv": (0,),
+    "recvAnysource": (0,),
+    "barrier": (),
+}
+#: The ops that take a reduce op.
+REDUCING = {
+    "allreduce",
+    "allreduce_coalesced",
+    "reduce",
+    "reduce_scatter",
+    "_reduce_scatter_base",
+    "reduce_scatter_tensor_coalesced",
+}
+REDUCE_OPS = ["SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR"]
+#: A dtype each reduce op is defined on (float32 for the others).
+REDUCE_OP_DTYPES = {"BAND": "int32", "BOR": "int32", "BXOR": "int32"}
+#: Point-to-point tags over the range of c10d's int: a transport that keeps 16 or
+#: 28 bits of a tag mixes up the first three; MPI may refuse the last (MPI_TAG_UB).
+TAGS = [7, 7 + 2**16, 7 + 2**28, 2**31 - 1]
 #: The device the cases use: the backend's first device.
 DEVICE = "cpu" if "cpu" in ucx_all_collectives.DEVICES else "cuda"
 #: Whether the backend really communicates (False: the tutorial's dummy semantics).
@@ -91,6 +131,7 @@ class Ctx:
         values: str = "small",
         layout: str = "contiguous",
         seed: int = SEED,
+        row: tuple[int, ...] = (),
     ):
         self.rank = dist.get_rank()
         self.group = gloo_group() if gloo else None
@@ -110,6 +151,8 @@ class Ctx:
         self.handles: list | None = None  # when a list, finish() keeps handles instead
         self.n = n
         self.layout = "strided" if noncontiguous else layout
+        self.row = tuple(row)  # each of the n elements of a tensor is a row of this shape
+        self.writes: tuple[int, ...] | None = None  # set by the op's case (WRITES)
         self.seed = seed
         self.values = values if dtype in REAL_DTYPES else "small"
         self.device = torch.device(device)
@@ -146,13 +189,13 @@ class Ctx:
         if self.layout == "contiguous":
             return t
         if self.layout == "strided":
-            view = torch.zeros(t.numel(), 2, dtype=t.dtype, device=self.device)[:, 0]
+            view = torch.zeros(t.numel(), 2, dtype=t.dtype, device=self.device)[:, 0].view(t.shape)
         elif self.layout == "offset":
-            view = torch.zeros(t.numel() + 1, dtype=t.dtype, device=self.device)[1:]
-        elif self.layout == "column":
+            view = torch.zeros(t.numel() + 1, dtype=t.dtype, device=self.device)[1:].view(t.shape)
+        elif self.layout == "column" and t.dim() == 1:
             view = torch.zeros(t.numel(), 3, dtype=t.dtype, device=self.device)[:, 1:2]
         else:
-            raise ValueError(f"no layout {self.layout!r}")
+            raise ValueError(f"no layout {self.layout!r} for a tensor of shape {tuple(t.shape)}")
         view.copy_(t.view(view.shape))
         return view
 
@@ -170,16 +213,20 @@ class Ctx:
         results (their bit patterns differ too: 1, 2, 3, 4...). bool keeps the
         low bit.
 
-        With ``values="real"``: what real tensors hold (see ``_real``).
+        With ``values="real"``: what real tensors hold (see ``_real``). With
+        ``row``, each of the ``n`` elements is a row of that shape (what
+        all_to_all_single's split sizes count).
         """
         n = self.n if n is None else n
+        shape = (n, *self.row)
+        m = math.prod(shape)
         if self.values == "real":
-            return self._layout(self._real(rank, shift, n))
-        values = 1 + (torch.arange(n) + 2 * rank + shift) % 4
-        values[:2] = torch.tensor([1 + rank % 8, 1 + (rank + shift) % 8])[:n]
+            return self._layout(self._real(rank, shift, m).view(shape))
+        values = 1 + (torch.arange(m) + 2 * rank + shift) % 4
+        values[:2] = torch.tensor([1 + rank % 8, 1 + (rank + shift) % 8])[:m]
         if self.dtype == torch.bool:
             values = values % 2
-        return self._layout(values.to(self.dtype))
+        return self._layout(values.to(self.dtype).view(shape))
 
     def _real(self, rank: int, shift: int, n: int) -> torch.Tensor:
         """Random values, seeded by (seed, rank, shift, n, dtype), the dtype's extremes first.
@@ -234,7 +281,7 @@ class Ctx:
         """An output tensor, filled with a value no rank sends (12: exact in every dtype)."""
         n = self.n if n is None else n
         fill = True if self.dtype == torch.bool else 12
-        return self._layout(torch.full((n,), fill, dtype=self.dtype))
+        return self._layout(torch.full((n, *self.row), fill, dtype=self.dtype))
 
     def reduce(self, tensors: list[torch.Tensor]) -> torch.Tensor:
         """The reduction of ``tensors`` with ``self.op``, computed in a wide type."""
@@ -366,35 +413,73 @@ class Ctx:
         assert all(torch.equal(_bits(a), _bits(b)) for a, b in zip(copies, outputs))
 
     def call(self, fn, *args, **kwargs) -> None:
-        """Calls a collective with this case's group and async_op, and finishes it."""
+        """Calls a collective with this case's group and async_op, and finishes it; the
+        tensors it only reads come back unchanged."""
         kwargs.setdefault("group", self.group)
         kwargs.setdefault("async_op", self.async_op)
-        self.finish(fn(*args, **kwargs))
+        with self.unchanged(self.read_only(fn, args, kwargs), fn.__name__):
+            self.finish(fn(*args, **kwargs))
 
     def p2p(self, blocking, nonblocking, *args, **kwargs) -> None:
         """send/recv have no async_op: use isend/irecv for async cases."""
         kwargs.setdefault("group", self.group)
-        if self.async_op:
-            self.finish(nonblocking(*args, **kwargs))
-        else:
-            blocking(*args, **kwargs)
+        with self.unchanged(self.read_only(blocking, args, kwargs), blocking.__name__):
+            if self.async_op:
+                self.finish(nonblocking(*args, **kwargs))
+            else:
+                blocking(*args, **kwargs)
 
-    def coalesced(self, issue) -> None:
-        """Issues collectives inside torch.distributed's coalescing manager."""
-        with dist._coalescing_manager(group=self.group, async_ops=self.async_op) as manager:
-            issue()
-        if self.async_op:
-            manager.wait()
+    def coalesced(self, issue, reads: list[torch.Tensor] = ()) -> None:
+        """Issues collectives inside torch.distributed's coalescing manager; ``reads``, the
+        tensors they only read, come back unchanged."""
+        with self.unchanged(list(reads), "the coalesced calls"):
+            with dist._coalescing_manager(group=self.group, async_ops=self.async_op) as manager:
+                issue()
+            if self.async_op:
+                manager.wait()
+
+    def read_only(self, fn, args: tuple, kwargs: dict) -> list[torch.Tensor]:
+        """The tensors given to ``fn(*args, **kwargs)`` that the op's contract (``writes``)
+        says it only reads, but for those that share memory with one it writes."""
+        if self.writes is None:
+            return []
+        names = list(inspect.signature(fn).parameters)
+        given = {**dict(zip(names, args)), **kwargs}
+        written = {names[i] for i in self.writes if i < len(names)}
+        memory = {t.untyped_storage().data_ptr() for k in written for t in _tensors_in(given.get(k))}
+        return [
+            t
+            for name, value in given.items()
+            if name not in written
+            for t in _tensors_in(value)
+            if t.untyped_storage().data_ptr() not in memory
+        ]
+
+    @contextlib.contextmanager
+    def unchanged(self, tensors: list[torch.Tensor], what: str):
+        """``tensors`` hold the same bits after the block as before it (checked once the block
+        waited for its ops: not while the case keeps their handles)."""
+        before = [t.clone() for t in tensors]
+        yield
+        if self.handles is not None:
+            return
+        for t, copy in zip(tensors, before):
+            t, copy = t.cpu(), copy.cpu()
+            same = _bits(t) == _bits(copy)
+            assert same.all(), f"{what} changed a tensor it only reads: " + _first_difference(
+                t, copy, ~same, "from before the call"
+            )
 
     def ring_exchange(self, tag: int) -> None:
         """Every rank sends to the next and receives from the previous one."""
-        out = self.empty()
-        works = [
-            dist.isend(self.data(self.rank), self.next_rank, group=self.group, tag=tag),
-            dist.irecv(out, self.prev_rank, group=self.group, tag=tag),
-        ]
-        for work in works:
-            assert work.wait() is True
+        out, sent = self.empty(), self.data(self.rank)
+        with self.unchanged([sent], "send"):
+            works = [
+                dist.isend(sent, self.next_rank, group=self.group, tag=tag),
+                dist.irecv(out, self.prev_rank, group=self.group, tag=tag),
+            ]
+            for work in works:
+                assert work.wait() is True
         self.check(out, self.data(self.prev_rank))
 
     def require(self, op: str, why: str) -> None:
@@ -451,6 +536,15 @@ def _within(actual: torch.Tensor, expected: torch.Tensor) -> None:
         assert not wrong.any(), _first_difference(actual, expected, wrong, "the sign of zero")
 
 
+def _tensors_in(value) -> list[torch.Tensor]:
+    """The tensors in an argument (a tensor, or lists of them; anything else holds none)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for item in value for t in _tensors_in(item)]
+    return []
+
+
 def _tensors(value) -> list[torch.Tensor]:
     """The tensors in a future's value (a tensor, or nested lists of them), flattened."""
     if isinstance(value, torch.Tensor):
@@ -463,6 +557,7 @@ def _tensors(value) -> list[torch.Tensor]:
 
 def broadcast(ctx: Ctx) -> None:
     """Copies the root's tensor into the tensor of every rank."""
+    ctx.writes = WRITES["broadcast"]
     t = ctx.data(ctx.rank)
     ctx.call(dist.broadcast, t, src=ctx.root)
     ctx.check(t, ctx.data(ctx.root))
@@ -470,6 +565,7 @@ def broadcast(ctx: Ctx) -> None:
 
 def allreduce(ctx: Ctx) -> None:
     """Reduces the tensor of every rank; every rank gets the result."""
+    ctx.writes = WRITES["allreduce"]
     t = ctx.data(ctx.rank)
     ctx.call(dist.all_reduce, t, op=ctx.op)
     ctx.check(t, ctx.reduce([ctx.data(r) for r in ctx.ranks]))
@@ -478,6 +574,7 @@ def allreduce(ctx: Ctx) -> None:
 
 def allreduce_coalesced(ctx: Ctx) -> None:
     """All-reduces several tensors as one operation."""
+    ctx.writes = WRITES["allreduce_coalesced"]
     ts = [ctx.data(ctx.rank, shift=i, n=ctx.n + i) for i in range(3)]
     ctx.call(dist.all_reduce_coalesced, ts, op=ctx.op)
     for i, t in enumerate(ts):
@@ -487,6 +584,7 @@ def allreduce_coalesced(ctx: Ctx) -> None:
 
 def reduce(ctx: Ctx) -> None:
     """Reduces the tensor of every rank into the root's tensor."""
+    ctx.writes = WRITES["reduce"]
     t = ctx.data(ctx.rank)
     ctx.call(dist.reduce, t, dst=ctx.root, op=ctx.op)
     if ctx.rank == ctx.root:
@@ -495,6 +593,7 @@ def reduce(ctx: Ctx) -> None:
 
 def allgather(ctx: Ctx) -> None:
     """Gathers the tensor of every rank into a list on every rank."""
+    ctx.writes = WRITES["allgather"]
     out = [ctx.empty() for _ in ctx.ranks]
     ctx.call(dist.all_gather, out, ctx.data(ctx.rank))
     for o, r in zip(out, ctx.ranks):
@@ -503,6 +602,7 @@ def allgather(ctx: Ctx) -> None:
 
 def _allgather_base(ctx: Ctx) -> None:
     """Gathers the tensor of every rank into one flat tensor on every rank."""
+    ctx.writes = WRITES["_allgather_base"]
     out = ctx.empty(ctx.n * ctx.world)
     ctx.call(ctx.api("all_gather_single", "all_gather_into_tensor"), out, ctx.data(ctx.rank))
     ctx.check(out, torch.cat([ctx.data(r) for r in ctx.ranks]))
@@ -510,6 +610,7 @@ def _allgather_base(ctx: Ctx) -> None:
 
 def _allgather_base_in_place(ctx: Ctx) -> None:
     """_allgather_base with its input and output aliased, as FSDP2 calls it."""
+    ctx.writes = WRITES["_allgather_base"]
     out = ctx.empty(ctx.n * ctx.world)
     mine = out.narrow(0, ctx.index * ctx.n, ctx.n)
     mine.copy_(ctx.data(ctx.rank))
@@ -519,6 +620,7 @@ def _allgather_base_in_place(ctx: Ctx) -> None:
 
 def allgather_coalesced(ctx: Ctx) -> None:
     """All-gathers several tensors as one operation."""
+    ctx.writes = WRITES["allgather_coalesced"]
     # Two tensors of one size and one of another.
     sizes = [ctx.n, ctx.n, ctx.n + 1]
     inputs = [ctx.data(ctx.rank, shift=i, n=size) for i, size in enumerate(sizes)]
@@ -531,16 +633,18 @@ def allgather_coalesced(ctx: Ctx) -> None:
 
 def allgather_into_tensor_coalesced(ctx: Ctx) -> None:
     """Runs several flat all-gathers as one operation."""
+    ctx.writes = WRITES["allgather_into_tensor_coalesced"]
     inputs = [ctx.data(ctx.rank, shift=i, n=ctx.n + i) for i in range(2)]
     outputs = [ctx.empty((ctx.n + i) * ctx.world) for i in range(2)]
     gather = ctx.api("all_gather_single", "all_gather_into_tensor")
-    ctx.coalesced(lambda: [gather(o, x, group=ctx.group) for o, x in zip(outputs, inputs)])
+    ctx.coalesced(lambda: [gather(o, x, group=ctx.group) for o, x in zip(outputs, inputs)], reads=inputs)
     for i, o in enumerate(outputs):
         ctx.check(o, torch.cat([ctx.data(r, shift=i, n=ctx.n + i) for r in ctx.ranks]))
 
 
 def allgather_into_tensor_coalesced_in_place(ctx: Ctx) -> None:
     """allgather_into_tensor_coalesced with its input and output aliased, as FSDP2 calls it."""
+    ctx.writes = WRITES["allgather_into_tensor_coalesced"]
     outputs = [ctx.empty((ctx.n + i) * ctx.world) for i in range(2)]
     inputs = [o.narrow(0, ctx.index * (ctx.n + i), ctx.n + i) for i, o in enumerate(outputs)]
     for i, x in enumerate(inputs):
@@ -553,6 +657,7 @@ def allgather_into_tensor_coalesced_in_place(ctx: Ctx) -> None:
 
 def gather(ctx: Ctx) -> None:
     """Gathers the tensor of every rank into a list on the root."""
+    ctx.writes = WRITES["gather"]
     out = [ctx.empty() for _ in ctx.ranks] if ctx.rank == ctx.root else None
     ctx.call(dist.gather, ctx.data(ctx.rank), gather_list=out, dst=ctx.root)
     for o, r in zip(out or [], ctx.ranks):
@@ -561,6 +666,7 @@ def gather(ctx: Ctx) -> None:
 
 def gather_single(ctx: Ctx) -> None:
     """Gathers the tensor of every rank into one flat tensor on the root."""
+    ctx.writes = WRITES["gather_single"]
     gather = ctx.api("gather_single")
     out = ctx.empty(ctx.n * ctx.world) if ctx.rank == ctx.root else None
     ctx.call(gather, ctx.data(ctx.rank), gather_tensor=out, dst=ctx.root)
@@ -570,6 +676,7 @@ def gather_single(ctx: Ctx) -> None:
 
 def scatter(ctx: Ctx) -> None:
     """Sends the root's i-th tensor to rank i."""
+    ctx.writes = WRITES["scatter"]
     out = ctx.empty()
     inputs = [ctx.data(r) for r in ctx.ranks] if ctx.rank == ctx.root else None
     ctx.call(dist.scatter, out, scatter_list=inputs, src=ctx.root)
@@ -578,6 +685,7 @@ def scatter(ctx: Ctx) -> None:
 
 def reduce_scatter(ctx: Ctx) -> None:
     """Reduces the i-th tensor of every rank into the output of rank i."""
+    ctx.writes = WRITES["reduce_scatter"]
     out = ctx.empty()
     ctx.call(dist.reduce_scatter, out, [ctx.data(ctx.rank, shift=j) for j in range(ctx.world)], op=ctx.op)
     ctx.check(out, ctx.reduce([ctx.data(r, shift=ctx.index) for r in ctx.ranks]))
@@ -585,6 +693,7 @@ def reduce_scatter(ctx: Ctx) -> None:
 
 def _reduce_scatter_base(ctx: Ctx) -> None:
     """Reduces one flat tensor of every rank; rank i keeps the i-th chunk."""
+    ctx.writes = WRITES["_reduce_scatter_base"]
     out = ctx.empty()
     flat = torch.cat([ctx.data(ctx.rank, shift=j) for j in range(ctx.world)])
     ctx.call(ctx.api("reduce_scatter_single", "reduce_scatter_tensor"), out, flat, op=ctx.op)
@@ -593,6 +702,7 @@ def _reduce_scatter_base(ctx: Ctx) -> None:
 
 def _reduce_scatter_base_in_place(ctx: Ctx) -> None:
     """_reduce_scatter_base with its input and output aliased, as FSDP2 calls it."""
+    ctx.writes = WRITES["_reduce_scatter_base"]
     flat = torch.cat([ctx.data(ctx.rank, shift=j) for j in range(ctx.world)])
     out = flat.narrow(0, ctx.index * ctx.n, ctx.n)
     ctx.call(ctx.api("reduce_scatter_single", "reduce_scatter_tensor"), out, flat, op=ctx.op)
@@ -601,16 +711,18 @@ def _reduce_scatter_base_in_place(ctx: Ctx) -> None:
 
 def reduce_scatter_tensor_coalesced(ctx: Ctx) -> None:
     """Runs several flat reduce-scatters as one operation."""
+    ctx.writes = WRITES["reduce_scatter_tensor_coalesced"]
     outputs = [ctx.empty(ctx.n + i) for i in range(2)]
     inputs = [torch.cat([ctx.data(ctx.rank, shift=j, n=ctx.n + i) for j in range(ctx.world)]) for i in range(2)]
     scatter = ctx.api("reduce_scatter_single", "reduce_scatter_tensor")
-    ctx.coalesced(lambda: [scatter(o, x, op=ctx.op, group=ctx.group) for o, x in zip(outputs, inputs)])
+    ctx.coalesced(lambda: [scatter(o, x, op=ctx.op, group=ctx.group) for o, x in zip(outputs, inputs)], reads=inputs)
     for i, o in enumerate(outputs):
         ctx.check(o, ctx.reduce([ctx.data(r, shift=ctx.index, n=ctx.n + i) for r in ctx.ranks]))
 
 
 def reduce_scatter_tensor_coalesced_in_place(ctx: Ctx) -> None:
     """reduce_scatter_tensor_coalesced with its input and output aliased, as FSDP2 calls it."""
+    ctx.writes = WRITES["reduce_scatter_tensor_coalesced"]
     inputs = [torch.cat([ctx.data(ctx.rank, shift=j, n=ctx.n + i) for j in range(ctx.world)]) for i in range(2)]
     outputs = [x.narrow(0, ctx.index * (ctx.n + i), ctx.n + i) for i, x in enumerate(inputs)]
     scatter = ctx.api("reduce_scatter_single", "reduce_scatter_tensor")
@@ -621,8 +733,9 @@ def reduce_scatter_tensor_coalesced_in_place(ctx: Ctx) -> None:
 
 def alltoall_base(ctx: Ctx) -> None:
     """Every rank sends a slice of one flat tensor to every rank (splits may be uneven)."""
-    # Even splits first, then uneven ones: rank i sends ctx.split(i, j) elements
-    # to rank j, so a rank sends other sizes than it receives, some of them none.
+    ctx.writes = WRITES["alltoall_base"]
+    # Even splits first, then uneven ones: rank i sends ctx.split(i, j) rows (elements
+    # of a 1-D tensor) to rank j, so a rank sends other sizes than it receives, some none.
     out = ctx.empty(ctx.n * ctx.world)
     ctx.call(dist.all_to_all_single, out, torch.cat([ctx.data(ctx.rank, shift=j) for j in range(ctx.world)]))
     ctx.check(out, torch.cat([ctx.data(r, shift=ctx.index) for r in ctx.ranks]))
@@ -630,13 +743,14 @@ def alltoall_base(ctx: Ctx) -> None:
     sizes = [ctx.split(i, ctx.index) for i in range(ctx.world)]
     out = ctx.empty(sum(sizes))
     ctx.call(dist.all_to_all_single, out, torch.cat(send), output_split_sizes=sizes,
-             input_split_sizes=[t.numel() for t in send])
+             input_split_sizes=[len(t) for t in send])
     ctx.check(out, torch.cat([ctx.data(r, shift=ctx.index, n=ctx.split(i, ctx.index))
                               for i, r in enumerate(ctx.ranks)]))
 
 
 def alltoall(ctx: Ctx) -> None:
     """Every rank sends its i-th tensor to rank i."""
+    ctx.writes = WRITES["alltoall"]
     # Tensors of one size first, then uneven ones: rank i sends ctx.split(i, j)
     # elements to rank j.
     inputs = [ctx.data(ctx.rank, shift=j) for j in range(ctx.world)]
@@ -653,6 +767,7 @@ def alltoall(ctx: Ctx) -> None:
 
 def send(ctx: Ctx) -> None:
     """Sends the tensor to one peer, matched by tag."""
+    ctx.writes = WRITES["send"]
     if ctx.real and "recv" in ctx.ops:
         ctx.ring_exchange(tag=3)
     else:
@@ -661,6 +776,7 @@ def send(ctx: Ctx) -> None:
 
 def recv(ctx: Ctx) -> None:
     """Receives a tensor from one peer, matched by tag."""
+    ctx.writes = WRITES["recv"]
     if ctx.real:
         ctx.require("send", "a receive needs a sender")
         ctx.ring_exchange(tag=4)
@@ -672,6 +788,7 @@ def recv(ctx: Ctx) -> None:
 
 def recvAnysource(ctx: Ctx) -> None:
     """Receives a tensor from whichever peer sends first with the tag."""
+    ctx.writes = WRITES["recvAnysource"]
     if ctx.real:
         ctx.require("send", "a receive needs a sender")
         if ctx.index == 0:
@@ -692,6 +809,7 @@ def recvAnysource(ctx: Ctx) -> None:
 
 def barrier(ctx: Ctx) -> None:
     """Returns once every rank has entered it."""
+    ctx.writes = WRITES["barrier"]
     # The last rank arrives late; with a real barrier nobody leaves before it came.
     late = 0.5
     if ctx.index == ctx.world - 1:
@@ -711,11 +829,14 @@ IN_PLACE = {
 }
 #: The calls of ``shapes``: zero elements, a column of a matrix (2-D, strided,
 #: offset) of an odd size that no transport's chunk divides, a view that starts
-#: into its storage, asynchronously.
+#: into its storage, asynchronously; 2-D and 3-D tensors whose rows (what
+#: all_to_all_single's splits count) hold several elements.
 SHAPES = [
     {"n": 0},
     {"n": 1031, "layout": "column"},
     {"n": 67, "layout": "offset", "async_op": True},
+    {"n": 7, "row": (3,)},
+    {"n": 5, "row": (2, 3), "layout": "offset"},
 ]
 
 
@@ -726,6 +847,27 @@ def shapes(ctx: Ctx, op: str) -> None:
         dist.barrier(group=gloo_group())  # a receive from any rank takes this call's message only
     if op in IN_PLACE:
         globals()[f"{op}_in_place"](Ctx(values="real", n=67))
+
+
+
+def every_reduction(ctx: Ctx, op: str) -> list[str]:
+    """``op`` with every reduce op on the case's group, which may be a subgroup (AVG
+    divides by its size), on a dtype each is defined for; returns those the backend took.
+
+    A reduce op the backend does not support is refused at the call, alike on
+    every rank; none may give a wrong result.
+    """
+    took = []
+    for reduce_op in REDUCE_OPS:
+        dtype = REDUCE_OP_DTYPES.get(reduce_op, "float32")
+        try:
+            globals()[op](Ctx(group_ranks=tuple(ctx.ranks), reduce_op=reduce_op, dtype=dtype, root_index=-1))
+        except RuntimeError as e:
+            if "not supported" not in str(e):
+                raise
+            continue
+        took.append(reduce_op)
+    return took
 
 # -- cases about the backend as a whole ------------------------------------------
 
@@ -1077,18 +1219,46 @@ def recv_from_each_source(ctx: Ctx) -> None:
 
 
 def recv_by_tag(ctx: Ctx) -> None:
-    """Two messages from one rank, received in the other order: each matched by its tag."""
-    out7, out8 = ctx.empty(), ctx.empty()
-    works = [
-        dist.irecv(out8, ctx.prev_rank, group=ctx.group, tag=8),
-        dist.irecv(out7, ctx.prev_rank, group=ctx.group, tag=7),
-        dist.isend(ctx.data(ctx.rank, shift=1), ctx.next_rank, group=ctx.group, tag=7),
-        dist.isend(ctx.data(ctx.rank, shift=2), ctx.next_rank, group=ctx.group, tag=8),
+    """Messages from one rank, one per tag of ``TAGS``, received in the other order: each
+    matched by its whole tag.
+
+    First each tag alone: it is carried, or refused with an error naming it on
+    both sides (MPI allows tags up to MPI_TAG_UB only). Then every carried tag
+    at once, the receives posted in the reverse order of the sends.
+    """
+    carried = []
+    for i, tag in enumerate(TAGS):
+        out, sent = ctx.empty(), ctx.data(ctx.rank, shift=i)
+        works, errors = [], []
+        for issue in (dist.irecv, dist.isend):
+            try:  # a backend may refuse the tag at the call, or in the op
+                works.append(issue(out if issue is dist.irecv else sent,
+                                   ctx.prev_rank if issue is dist.irecv else ctx.next_rank,
+                                   group=ctx.group, tag=tag))
+            except RuntimeError as e:
+                errors.append(str(e))
+        for work in works:
+            try:
+                assert work.wait() is True
+            except RuntimeError as e:
+                errors.append(str(e))
+        if not errors:
+            ctx.check(out, ctx.data(ctx.prev_rank, shift=i))
+            carried.append(i)
+            continue
+        assert len(errors) == 2 and all(str(tag) in e for e in errors), (
+            f"tag {tag}: a send and a receive either both work or both fail naming the tag: {errors}"
+        )
+    assert carried[:3] == [0, 1, 2], f"tags {TAGS[:3]} must all work (MPI guarantees up to 32767)"
+    outs = {i: ctx.empty() for i in carried}
+    works = [dist.irecv(outs[i], ctx.prev_rank, group=ctx.group, tag=TAGS[i]) for i in reversed(carried)]
+    works += [
+        dist.isend(ctx.data(ctx.rank, shift=i), ctx.next_rank, group=ctx.group, tag=TAGS[i]) for i in carried
     ]
     for work in works:
         assert work.wait() is True
-    ctx.check(out7, ctx.data(ctx.prev_rank, shift=1))
-    ctx.check(out8, ctx.data(ctx.prev_rank, shift=2))
+    for i, out in outs.items():
+        ctx.check(out, ctx.data(ctx.prev_rank, shift=i))
 
 
 # -- failures and the dtype matrix (backends that really communicate) --------------
@@ -1143,16 +1313,6 @@ MATRIX_DTYPES = [
 ]  # fmt: skip
 #: Elements per tensor in the matrix: odd, and more than the extremes that lead random data.
 MATRIX_N = 67
-#: The ops that take a reduce op.
-REDUCING = {
-    "allreduce",
-    "allreduce_coalesced",
-    "reduce",
-    "reduce_scatter",
-    "_reduce_scatter_base",
-    "reduce_scatter_tensor_coalesced",
-}
-REDUCE_OPS = ["SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR"]
 #: What a backend may raise for a combination it does not support.
 REJECTIONS = (RuntimeError, ValueError, TypeError)
 

@@ -1,7 +1,7 @@
 """Every op of the "ucx_all" backend, in real processes: sync, async, odd layouts, subgroups."""
 
 import pytest
-from cases import OPS
+from cases import OPS, REDUCING
 from harness import Cluster
 
 import ucx_all_collectives
@@ -30,18 +30,26 @@ def test_op_in_the_shapes_real_clients_use(cluster, op):
 
 
 @pytest.mark.parametrize("op", sorted(OPS))
-def test_op_with_last_rank_as_root(cluster, op):
+def test_op_with_the_middle_and_last_rank_as_root(cluster, op):
+    """Roots other than rank 0 (test_op's): the middle rank where there is one, and the last."""
+    if cluster.world_size > 2:
+        cluster.run(op, root_index=cluster.world_size // 2)
     cluster.run(op, root_index=-1)
 
 
 @pytest.mark.parametrize("op", sorted(OPS))
 def test_op_in_subgroups(cluster, op):
-    """new_group(): a group of some ranks, using their global ranks."""
+    """new_group(): a group of some ranks (not the first ones), using their global ranks;
+    with every reduce op the backend takes (AVG divides by the group's size)."""
     if cluster.world_size < 3:
         pytest.skip("needs 3 ranks for a proper subgroup")
     groups = [(0, 2)] if cluster.world_size == 3 else [(0, 2), (1, 2, 3)]
     for ranks in groups:
         cluster.run(op, subgroup_ranks=ranks, root_index=-1)
+        if op in REDUCING:
+            took = [t for t in cluster.run("every_reduction", op=op, subgroup_ranks=ranks) if t is not None]
+            assert len(took) == len(ranks) and all(t == took[0] for t in took), took
+            assert "SUM" in took[0], f"{op} took no reduce op on the group {ranks}: {took[0]}"
 
 
 def test_recv_takes_the_message_of_its_source(cluster):
