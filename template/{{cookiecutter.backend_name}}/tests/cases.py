@@ -1049,6 +1049,13 @@ def recv_by_tag(ctx: Ctx) -> None:
 # -- failures and the dtype matrix (backends that really communicate) --------------
 
 
+def one_rank_fails(ctx: Ctx) -> None:
+    """The first rank finds a wrong result; the others go on to a collective that waits for it."""
+    if ctx.index == 0:
+        raise AssertionError("a wrong result (planted)")
+    probe(ctx).wait()
+
+
 def timeout(ctx: Ctx) -> None:
     """A rank that never joins a collective makes the others time out, not hang."""
     import pytest

@@ -22,6 +22,8 @@ BACKEND = "allops"
 
 #: How long one case may take on the slowest rank before the cluster is killed.
 CASE_TIMEOUT = float(os.environ.get("ALLOPS_TEST_CASE_TIMEOUT", "120"))
+#: How long the other ranks get to answer once one failed (seconds).
+AFTER_A_FAILURE = 10.0
 #: The process group timeout the ranks use.
 GROUP_TIMEOUT = float(os.environ.get("ALLOPS_TEST_GROUP_TIMEOUT", "60"))
 #: In a rank: the timeout of its process group, in seconds.
@@ -146,9 +148,11 @@ class Cluster:
             ready = multiprocessing.connection.wait([self.conns[r] for r in pending], deadline)
             if not ready:
                 self.kill()
+                failed = [(r, reply[1]) for r, reply in enumerate(replies) if reply and reply[0] == "error"]
                 raise ClusterError(
-                    f"{what}: ranks {sorted(pending)} did not answer within {CASE_TIMEOUT:.0f} s "
+                    f"{what}: ranks {sorted(pending)} did not answer within {deadline:.0f} s "
                     "(hung); the cluster was killed"
+                    + "".join(f"\n--- rank {r}, which failed before ---\n{message}" for r, message in failed)
                 )
             for conn in ready:
                 rank = self.conns.index(conn)
@@ -160,6 +164,10 @@ class Cluster:
                     replies[rank] = ("ok", None) if rank in exits else ("error", f"rank {rank} exited (code {code})")
                     self.broken = self.broken or rank in exits
                 pending.discard(rank)
+                if replies[rank][0] == "error":
+                    # A rank that failed leaves the others waiting for it in their
+                    # next collective: its error, soon, rather than their timeout.
+                    deadline = min(deadline, AFTER_A_FAILURE)
         errors = [(r, reply[1]) for r, reply in enumerate(replies) if reply[0] == "error"]
         if errors:
             if any("exited" in message for _, message in errors):

@@ -1,8 +1,10 @@
 """Failures: timeouts, a dead rank, ranks that disagree, and a store that must not grow."""
 
+import time
+
 import pytest
 from cases import PROBE
-from harness import Cluster
+from harness import CASE_TIMEOUT, Cluster, ClusterError
 
 pytestmark = pytest.mark.skipif(PROBE is None, reason="needs one of the collectives the cases use")
 
@@ -16,6 +18,18 @@ def test_a_rank_that_never_joins_makes_the_others_time_out():
         cluster.run("timeout")
     finally:
         cluster.kill()  # the ranks no longer agree on which op comes next
+
+
+def test_a_wrong_result_on_one_rank_is_reported_while_the_others_wait_for_it():
+    """That rank's error, naming its case, rank and seed, soon: not the others' hang."""
+    cluster = Cluster(3)
+    try:
+        start = time.monotonic()
+        with pytest.raises(ClusterError, match=r"(?s)a wrong result \(planted\).*\[case one_rank_fails\(\) on rank 0; random data seed"):
+            cluster.run("one_rank_fails")
+        assert time.monotonic() - start < CASE_TIMEOUT / 2, "reported at the others' timeout"
+    finally:
+        cluster.kill()
 
 
 def test_a_dead_rank_makes_the_others_fail_not_hang():
