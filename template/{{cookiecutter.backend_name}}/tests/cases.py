@@ -417,12 +417,12 @@ class Ctx:
         names = list(inspect.signature(fn).parameters)
         given = {**dict(zip(names, args)), **kwargs}
         written = {names[i] for i in self.writes if i < len(names)}
-        memory = {t.untyped_storage().data_ptr() for k in written for t in _tensors_in(given.get(k))}
+        memory = {t.untyped_storage().data_ptr() for k in written for t in _tensors(given.get(k))}
         return [
             t
             for name, value in given.items()
             if name not in written
-            for t in _tensors_in(value)
+            for t in _tensors(value)
             if t.untyped_storage().data_ptr() not in memory
         ]
 
@@ -507,20 +507,14 @@ def _within(actual: torch.Tensor, expected: torch.Tensor) -> None:
         assert not wrong.any(), _first_difference(actual, expected, wrong, "the sign of zero")
 
 
-def _tensors_in(value) -> list[torch.Tensor]:
-    """The tensors in an argument (a tensor, or lists of them; anything else holds none)."""
+def _tensors(value) -> list[torch.Tensor]:
+    """The tensors in a value (a tensor, or nested lists of them; anything else holds none):
+    a future's value, or an argument of a call."""
     if isinstance(value, torch.Tensor):
         return [value]
     if isinstance(value, (list, tuple)):
-        return [t for item in value for t in _tensors_in(item)]
+        return [t for item in value for t in _tensors(item)]
     return []
-
-
-def _tensors(value) -> list[torch.Tensor]:
-    """The tensors in a future's value (a tensor, or nested lists of them), flattened."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    return [t for item in value for t in _tensors(item)]
 
 
 # -- one case per op (from new-backend's catalogue) ----------------------------
