@@ -272,8 +272,9 @@ def test_an_out_of_tree_device_is_served_by_name(run: Cli, out: Path) -> None:
     assert json.loads((project / ".new-backend.json").read_text())["devices"] == ["cpu", "npu"]
     init = (project / "src" / "x_collectives" / "__init__.py").read_text()
     assert 'DEVICES = ["cpu", "npu"]' in init
-    checks = (project / "csrc" / "checks.hpp").read_text()
-    assert "t.is_cpu() || t.is_privateuseone()" in checks and "is_npu" not in checks
+    config = (project / "csrc" / "config.hpp").read_text()
+    assert "kDevices[] = {c10::DeviceType::CPU};" in config, config
+    assert '#define NEW_BACKEND_DEVICES "cpu and npu"' in config, config
     assert 'FAKE_DEVICE = "npu"' in (project / "tests" / "harness.py").read_text()
 
 

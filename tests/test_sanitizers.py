@@ -47,7 +47,7 @@ pytestmark = [pytest.mark.build, pytest.mark.timeout(1800)]
 HERE = Path(__file__).resolve().parent
 TSAN_RUNS = 5
 TSAN_CASES = 8  # the cases in tsan_runtime.cpp's main()
-NAME = "san_store"  # tsan_runtime.cpp uses san_store_collectives::BackendSanStore
+NAME = "san_store"  # tsan_runtime.cpp uses san_store_collectives::Backend
 PACKAGE = f"{NAME}_collectives"
 UCX_NAME = "san_ucx"
 
@@ -238,14 +238,14 @@ def caller_driven(csrc: Path, out: Path) -> Path:
     flag = "constexpr bool kBodiesOnlyStart = false;"
     assert ops.count(flag) == 1, "ops.hpp no longer declares kBodiesOnlyStart as expected"
     (copy / "ops.hpp").write_text(ops.replace(flag, flag.replace("false", "true")))
-    exchange = (copy / "store_exchange.cpp").read_text()
+    exchange = (copy / "runtime" / "store_exchange.cpp").read_text()
     lock = "\n  const std::lock_guard<std::mutex> serialized(receivesMutex);"
     post = "uint64_t StoreExchange::postRecv(int src, int tag) {"
     tried = re.search(r"std::optional<int> StoreExchange::tryRecv\([^)]*\) \{", exchange)
     assert exchange.count(post) == 1 and tried, "store_exchange.cpp's postRecv or tryRecv changed"
     exchange = exchange[: tried.end()] + lock + exchange[tried.end() :]
     exchange = exchange.replace(post, "std::mutex receivesMutex;\n\n" + post + lock)
-    (copy / "store_exchange.cpp").write_text("#include <mutex>\n" + exchange)
+    (copy / "runtime" / "store_exchange.cpp").write_text("#include <mutex>\n" + exchange)
     return copy
 
 
@@ -253,7 +253,7 @@ def compile_tsan_runtime(csrc: Path, out: Path) -> Path:
     """tsan_runtime.cpp and the project's runtime, compiled with -fsanitize=thread."""
     flags = ["-std=c++20", "-fsanitize=thread", "-O1", "-g1", f"-I{csrc}"]
     flags += [f"-I{path}" for path in cpp_extension.include_paths()]
-    sources = sorted(path for path in csrc.glob("*.cpp") if path.name != "bindings.cpp")
+    sources = sorted(path for path in csrc.rglob("*.cpp") if path.name != "bindings.cpp")
     sources.append(HERE / "sanitizers" / "tsan_runtime.cpp")
     compilers = [
         (source, subprocess.Popen(

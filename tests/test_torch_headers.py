@@ -147,7 +147,8 @@ def test_every_virtual_of_backend_and_work_is_overridden_or_a_default_with_a_rea
 ) -> None:
     """New virtuals (torch 2.15's isInitialized(), completion hooks...) are decided, not missed."""
     project = render("allops", ops="all").target
-    text = re.sub(r"//[^\n]*", "", (project / "csrc" / "backend.hpp").read_text())
+    sources = [project / "csrc" / "runtime" / "backend.hpp", project / "csrc" / "collectives.cpp"]
+    text = re.sub(r"//[^\n]*", "", "\n".join(path.read_text() for path in sources))
     overrides = set(re.findall(r"\b(\w+)\([^;{]*\)\s*(?:const\s*)?override\b", text))
     theirs = {f"Backend::{n}" for n in virtual_methods("Backend.hpp") if not n.startswith("~")}
     theirs |= {f"Work::{n}" for n in virtual_methods("Work.hpp")}
@@ -157,7 +158,8 @@ def test_every_virtual_of_backend_and_work_is_overridden_or_a_default_with_a_rea
     assert not undecided, (
         f"torch {torch.__version__}'s c10d has virtual methods the generated backend neither "
         f"overrides nor lists in catalogue.toml's [defaults]: {undecided}. Override each in the "
-        "template's backend.hpp, or list it with the reason c10d's default is right."
+        "template's runtime/backend.hpp (or collectives.cpp, for a collective), or list it with "
+        "the reason c10d's default is right."
     )
     both = sorted(v for v in catalogue.defaults if v.split("::")[1] in overrides)
     assert not both, f"{both} are overridden: remove them from [defaults]"
@@ -174,7 +176,7 @@ def test_the_backend_compiles_against_a_torch_without_the_supports_virtuals(
     render: Render, tmp_path: Path
 ) -> None:
     """PyTorch's main branch folds the supportsX() virtuals into one capabilities() set: against
-    this torch's c10d headers with supportsSplitting() taken out, backend.hpp still compiles
+    this torch's c10d headers with supportsSplitting() taken out, the backend still compiles
     (its override is there only where the compiler finds the virtual)."""
     from torch.utils import cpp_extension
 
@@ -188,7 +190,7 @@ def test_the_backend_compiles_against_a_torch_without_the_supports_virtuals(
     assert removed == 1, "Backend.hpp's supportsSplitting() changed: update this test"
     (future / "Backend.hpp").write_text(without)
     probe = tmp_path / "probe.cpp"
-    probe.write_text('#include "backend.hpp"\n')
+    probe.write_text('#include "collectives.cpp"\n')
     includes = [tmp_path / "include", project / "csrc", *cpp_extension.include_paths()]
     command = [
         os.environ.get("CXX", "c++"), "-std=c++20", "-fsyntax-only", "-Wall", "-Werror",

@@ -126,6 +126,7 @@ LANDED_KITS = {
     "fbc2f41b49698a76": "0.2.6",
     "03419e3fba1df937": "0.2.7",
     "f015ab6fcb8674d1": "0.2.8",
+    "8a1da8db40f9df1f": "0.2.9",
 }
 
 
@@ -411,13 +412,13 @@ def test_check_names_hand_edited_plumbing(run: Cli, out: Path) -> None:
     project = out / "mycpu"
     (project / "csrc" / "ops.cpp").write_text("// all mine\n")  # the user's file: fine
     assert run("check", "mycpu").exit_code == 0
-    backend = project / "csrc" / "backend.cpp"
+    backend = project / "csrc" / "runtime" / "backend.cpp"
     backend.write_text(backend.read_text() + "// patched\n")
     result = run("check", "mycpu")
     assert result.exit_code == 1
-    assert "edited by hand" in result.stdout and "csrc/backend.cpp" in result.stdout
+    assert "edited by hand" in result.stdout and "csrc/runtime/backend.cpp" in result.stdout
     listed = [line.strip() for line in result.stdout.splitlines() if line.startswith("  ")]
-    assert listed == ["csrc/backend.cpp"]
+    assert listed == ["csrc/runtime/backend.cpp"]
 
 
 def add_an_option(project: Path) -> None:
@@ -454,7 +455,7 @@ def test_check_without_the_base_lists_plumbing_never_the_users_files(run: Cli, o
     answers.write_text(json.dumps({**data, "template_hash": "0" * 16}))
     add_an_option(project)
     (project / "csrc" / "ops.cpp").write_text("// all mine\n")
-    backend = project / "csrc" / "backend.cpp"
+    backend = project / "csrc" / "runtime" / "backend.cpp"
     backend.write_text(backend.read_text() + "// patched\n")
     result = run("check", "mycpu")
     assert result.exit_code == 1, result.output
@@ -464,7 +465,7 @@ def test_check_without_the_base_lists_plumbing_never_the_users_files(run: Cli, o
     assert "the template's changes or your edits" in result.stdout
     assert "Files the template changed" not in result.stdout
     listed = [line.strip() for line in result.stdout.splitlines() if line.startswith("  ")]
-    assert listed == [".new-backend.json", "csrc/backend.cpp"]
+    assert listed == [".new-backend.json", "csrc/runtime/backend.cpp"]
 
 
 def test_update_merges_a_new_option_in_ops_hpp(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.2.9"
+__version__ = "0.3.0"
 
 if TYPE_CHECKING:
     from new_backend.generate import GenerationResult, generate_project

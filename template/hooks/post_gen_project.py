@@ -10,12 +10,12 @@ IMPL = {{ cookiecutter.impl | tojson }}
 
 # Files that only some implementations use.
 ONLY_FOR = {
-    "csrc/store_exchange.hpp": {"store"},
-    "csrc/store_exchange.cpp": {"store"},
-    "csrc/mpi_comm.hpp": {"mpi"},
-    "csrc/mpi_comm.cpp": {"mpi"},
-    "csrc/ucx_comm.hpp": {"ucx"},
-    "csrc/ucx_comm.cpp": {"ucx"},
+    "csrc/runtime/store_exchange.hpp": {"store"},
+    "csrc/runtime/store_exchange.cpp": {"store"},
+    "csrc/runtime/mpi_comm.hpp": {"mpi"},
+    "csrc/runtime/mpi_comm.cpp": {"mpi"},
+    "csrc/runtime/ucx_comm.hpp": {"ucx"},
+    "csrc/runtime/ucx_comm.cpp": {"ucx"},
     "tests/test_failures.py": {"store", "mpi", "ucx"},
     "tests/test_matrix.py": {"store", "mpi", "ucx"},
 }

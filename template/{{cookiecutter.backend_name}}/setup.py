@@ -1,5 +1,5 @@
 {%- set p = project() -%}
-"""Builds {{ p.package }}, the "{{ p.name }}" torch.distributed backend.
+"""Builds the C++ extension of this torch.distributed backend (its package: pyproject.toml).
 
     pip install --no-build-isolation .
 
@@ -34,6 +34,7 @@ absolute folder too. The installed wheel runs without LD_LIBRARY_PATH.
 """
 
 import os
+import re
 {%- if p.libraries %}
 import shlex
 {%- endif %}
@@ -53,6 +54,8 @@ from setuptools import setup
 from torch.utils import cpp_extension
 
 ROOT = Path(__file__).parent.resolve()
+#: The Python package, from the distribution pyproject.toml names (my-backend-collectives).
+PACKAGE = re.search(r'^name = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.MULTILINE)[1].replace("-", "_")
 {%- if p.libraries %}
 
 
@@ -93,14 +96,14 @@ def rpath(folder: str) -> list:
     """Linker flags so that the extension finds the libraries in ``folder`` without LD_LIBRARY_PATH.
 
     A folder of this Python environment is named relative to where pip installs the extension
-    (``$ORIGIN/../../..`` from site-packages/{{ p.package }}/), so the environment can move or be
+    (``$ORIGIN/../../..`` from site-packages/<package>/), so the environment can move or be
     copied; the absolute folder follows, for builds used in place (``build_ext --inplace``,
     ``pip install --target``). Any other folder (/usr, /opt, a module's prefix) is absolute.
     """
     folder = Path(folder).resolve()
     paths = [str(folder)]
     if in_this_environment(folder):
-        installed = Path(sysconfig.get_path("platlib"), "{{ p.package }}").resolve()
+        installed = Path(sysconfig.get_path("platlib"), PACKAGE).resolve()
         paths.insert(0, "$ORIGIN/" + os.path.relpath(folder, installed))
     # RUNPATH (new dtags), which LD_LIBRARY_PATH can still override, as mpicc and torch do.
     return ["-Wl,--enable-new-dtags", *(f"-Wl,-rpath,{path}" for path in paths)]
@@ -284,19 +287,19 @@ def get_extensions():
     with_cuda = build_with_cuda()
     # bindings.cpp (pybind11) takes longest: start it first.
     sources = sorted(
-        (str(path.relative_to(ROOT)) for path in (ROOT / "csrc").glob("*.cpp")),
+        (str(path.relative_to(ROOT)) for path in (ROOT / "csrc").rglob("*.cpp")),
         key=lambda source: (not source.endswith("bindings.cpp"), source),
     )
     extension = cpp_extension.CUDAExtension if with_cuda else cpp_extension.CppExtension
 {%- if p.libraries %}
     found = [find_library(wanted) for wanted in LIBRARIES]
     for wanted, library in zip(LIBRARIES, found):
-        print(f"{{ p.package }}: building against {wanted.name} from {library.source}")
+        print(f"{PACKAGE}: building against {wanted.name} from {library.source}")
     compile_args = [arg for library in found for arg in library.compile_args]
 {%- endif %}
     return [
         extension(
-            name="{{ p.package }}._C",
+            name=f"{PACKAGE}._C",
             sources=sources,
 {%- if p.libraries %}
             include_dirs=[str(ROOT / "csrc"), *(d for library in found for d in library.include_dirs)],
@@ -326,7 +329,7 @@ def torch_release() -> str:
 
 
 # The package checks at import that it runs with the torch it was built for.
-(ROOT / "src" / "{{ p.package }}" / "_build_info.py").write_text(
+(ROOT / "src" / PACKAGE / "_build_info.py").write_text(
     f'"""Written by setup.py: the torch this build is for."""\n\nTORCH_VERSION = "{torch.__version__}"\n'
 )
 

@@ -1,7 +1,7 @@
 // The runtime's queue, Work and teardown under ThreadSanitizer, without Python.
 //
 // Compiled together with a generated store project's csrc/ (named "san_store",
-// so its backend is san_store_collectives::BackendSanStore) by
+// so its backend is san_store_collectives::Backend) by
 // test_sanitizers.py. The ranks of each group are backends in this one
 // process, over one in-process c10d::HashStore, each driven by threads of its
 // own, so every thread the runtime starts runs under ThreadSanitizer. It
@@ -25,12 +25,12 @@
 #include <thread>
 #include <vector>
 
-#include "backend.hpp"
+#include "runtime/backend.hpp"
 
 namespace {
 
-using Backend = san_store_collectives::BackendSanStore;
-using Work = san_store_collectives::WorkSanStore;
+using Backend = san_store_collectives::Backend;
+using Work = san_store_collectives::Work;
 using Clock = std::chrono::steady_clock;
 using Ms = std::chrono::milliseconds;
 constexpr int kWorld = 3;

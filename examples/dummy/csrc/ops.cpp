@@ -2,8 +2,8 @@
 //
 // Each function runs on the backend's worker thread with checked arguments
 // (see ops.hpp for what is guaranteed). Replace each body with a call into
-// your communication library and keep the signatures; the plumbing in
-// backend.cpp does the rest: queueing, futures, timeouts and errors.
+// your communication library and keep the signatures; the runtime in
+// runtime/ (vendored) does the rest: queueing, futures, timeouts and errors.
 //
 // As generated, this is the dummy backend of PyTorch's tutorial: every output
 // is zeroed and nothing is sent.

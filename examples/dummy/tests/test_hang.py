@@ -4,7 +4,7 @@ Every op is recorded in c10d's flight recorder format; when a collective
 times out, its error names the ranks that never entered it, and every rank
 writes its record where TORCH_FR_DUMP_TEMP_FILE says, which torch's analyser
 (torchfrtrace, ``python -m torch.distributed.flight_recorder.fr_trace``) reads, on
-every torch through ``python -m dummy_collectives.frtrace``.
+every torch through ``python -m <package>.frtrace``.
 """
 
 import os
@@ -13,8 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from cases import PROBE
-
-import dummy_collectives
+from names import package
 
 pytestmark = pytest.mark.skipif(PROBE is None, reason="needs one of the collectives the cases use")
 
@@ -33,7 +32,7 @@ def test_dumps_at_the_same_time_each_write_a_whole_record(tmp_path, monkeypatch)
     monkeypatch.setenv("TORCH_FR_DUMP_TEMP_FILE", str(tmp_path / "trace_rank_"))
 
     def dump_repeatedly(_: int) -> list:
-        return [dummy_collectives.dump_flight_record() for _ in range(200)]
+        return [package.dump_flight_record() for _ in range(200)]
 
     with ThreadPoolExecutor(4) as pool:
         paths = set().union(*pool.map(dump_repeatedly, range(4)))

@@ -30,8 +30,7 @@ import torch
 import torch.distributed as dist
 from torch.torch_version import TorchVersion
 from harness import BACKEND, Skip
-
-import {{ p.package }}
+from names import ENV, NAME, package
 
 #: The ops the backend implements.
 OPS = {
@@ -59,11 +58,11 @@ REDUCE_OP_DTYPES = {"BAND": "int32", "BOR": "int32", "BXOR": "int32"}
 #: 28 bits of a tag mixes up the first three; MPI may refuse the last (MPI_TAG_UB).
 TAGS = [7, 7 + 2**16, 7 + 2**28, 2**31 - 1]
 #: The device the cases use: the backend's first device.
-DEVICE = "cpu" if "cpu" in {{ p.package }}.DEVICES else "cuda"
+DEVICE = "cpu" if "cpu" in package.DEVICES else "cuda"
 #: Whether the backend really communicates (False: the tutorial's dummy semantics).
 REAL = {{ "False" if p.impl == "dummy" else "True" }}
 #: The seed of the random data of ``Ctx(values="real")``; every failure names it.
-SEED = int(os.environ.get("{{ p.macro }}_TEST_SEED", "2026"))
+SEED = int(os.environ.get(ENV + "TEST_SEED", "2026"))
 #: The dtypes random data is made for: over each one's whole range, with its extremes.
 REAL_DTYPES = {
     "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
@@ -687,25 +686,25 @@ def destroy_pending(ctx: Ctx) -> None:
 
 
 def group_options(ctx: Ctx) -> None:
-    """pg_options and the {{ p.macro }}_* variables reach the group; a keyword beats the variable.
+    """pg_options and the <NAME>_* variables reach the group; a keyword beats the variable.
 
     On 3 or more ranks the group given pg_options is [0, 2]: with mpi, ops::split
     derives it from the default group's communicator.
     """
-    variable = "{{ p.macro }}_VERBOSE"
+    variable = ENV + "VERBOSE"
     assert variable not in os.environ, f"the test needs {variable} unset"
-    assert {{ p.package }}.group_options().verbose is False  # the default in ops.hpp
-    assert repr({{ p.package }}.Options(verbose=True)) == "Options(verbose=True)"
+    assert package.group_options().verbose is False  # the default in ops.hpp
+    assert repr(package.Options(verbose=True)) == "Options(verbose=True)"
     import pytest
 
-    with pytest.raises(TypeError, match=r"^{{ p.name }}: Options.verbose takes a bool, not 'loud'$"):
-        {{ p.package }}.Options(verbose="loud")
+    with pytest.raises(TypeError, match=rf"^{NAME}: Options.verbose takes a bool, not 'loud'$"):
+        package.Options(verbose="loud")
     os.environ[variable] = "1"
     try:
-        assert {{ p.package }}.Options().verbose is True
+        assert package.Options().verbose is True
         from_environment = dist.new_group(ctx.ranks)
         members = [0, 2] if ctx.world >= 3 else ctx.ranks
-        given = dist.new_group(members, pg_options={{ p.package }}.Options(verbose=False))
+        given = dist.new_group(members, pg_options=package.Options(verbose=False))
         os.environ[variable] = "maybe"
         try:
             dist.new_group(ctx.ranks)
@@ -714,9 +713,9 @@ def group_options(ctx: Ctx) -> None:
             assert variable in str(e) and "boolean" in str(e), str(e)
     finally:
         del os.environ[variable]
-    assert {{ p.package }}.group_options(from_environment).verbose is True
+    assert package.group_options(from_environment).verbose is True
     if ctx.rank in members:
-        assert {{ p.package }}.group_options(given).verbose is False
+        assert package.group_options(given).verbose is False
 {%- if p.has("allreduce") %}
         t = ctx.data(ctx.rank)
         dist.all_reduce(t, group=given)
@@ -728,7 +727,7 @@ def group_options(ctx: Ctx) -> None:
 
 
 def split_groups(ctx: Ctx) -> None:
-    """c10d's split makes groups [0, 2] and [1] ({{ p.backend_class }}::split, then ops::split or
+    """c10d's split makes groups [0, 2] and [1] (Backend::split, then ops::split or
     ops::init), whose all_reduce sums over their own ranks; the parent still works.
 
     ``dist.split_group`` itself cannot run on a CPU-only torch: it needs a bound
@@ -1261,8 +1260,7 @@ def bench_and_a_plain_loop(ctx: Ctx, size: int, iters: int, rounds: int) -> dict
     one was still running. The loop is what a user would write:
     ``dist.all_reduce(t)`` ``iters`` times.
     """
-    from {{ p.package }} import bench
-
+    bench = importlib.import_module(package.__name__ + ".bench")
     args = bench.parse_args([
         "--collectives", "all_reduce", "-b", str(size), "-e", str(size), "-n", str(iters),
         "-w", "3", "--check", "0", "--reference", "none", "--no-progress",
@@ -1316,5 +1314,5 @@ def run(case: str, subgroup_ranks=None, **params):
         return function(ctx, **own)
     except (AssertionError, RuntimeError) as e:  # a wrong result, or an op that raised
         given = ", ".join(f"{k}={v!r}" for k, v in {**own, **params}.items())
-        where = f"[case {case}({given}) on rank {ctx.rank}; random data seed {ctx.seed}: {{ p.macro }}_TEST_SEED={ctx.seed} repeats it]"
+        where = f"[case {case}({given}) on rank {ctx.rank}; random data seed {ctx.seed}: {ENV}TEST_SEED={ctx.seed} repeats it]"
         raise (AssertionError if isinstance(e, AssertionError) else RuntimeError)(f"{e}\n{where}") from e

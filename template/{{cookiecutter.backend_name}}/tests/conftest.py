@@ -6,17 +6,16 @@ import os
 import pytest
 import torch
 from harness import Cluster
-
-import {{ p.package }}
+from names import ENV, package
 
 #: World sizes every op is tested at: not only powers of two.
-#: {{ p.macro }}_TEST_WORLD_SIZES=3 (comma-separated) picks others, for a quicker run.
+#: <NAME>_TEST_WORLD_SIZES=3 (comma-separated) picks others, for a quicker run.
 WORLD_SIZES = [
-    int(n) for n in os.environ.get("{{ p.macro }}_TEST_WORLD_SIZES", "{{ "2,3" if p.impl == "dummy" else "2,3,4" }}").split(",")
+    int(n) for n in os.environ.get(ENV + "TEST_WORLD_SIZES", "{{ "2,3" if p.impl == "dummy" else "2,3,4" }}").split(",")
 ]
 {%- if p.macro.startswith("UCX_") %}
 # UCX reads every UCX_* variable, and warns on stdout about those it does not know: this
-# suite's own {{ p.macro }}_TEST_* among them.
+# suite's own <NAME>_TEST_* among them.
 os.environ.setdefault("UCX_WARN_UNUSED_ENV_VARS", "n")
 {%- endif %}
 
@@ -24,10 +23,10 @@ os.environ.setdefault("UCX_WARN_UNUSED_ENV_VARS", "n")
 def pytest_collection_modifyitems(config, items):
     """A backend not registered for cpu needs its device for the tests on CPU tensors (a GPU
     for cuda); test_devices.py runs every op on the fake accelerator all the same."""
-    if "cpu" in {{ p.package }}.DEVICES or ({{ p.package }}.DEVICES[0] == "cuda" and torch.cuda.is_available()):
+    if "cpu" in package.DEVICES or (package.DEVICES[0] == "cuda" and torch.cuda.is_available()):
         return
-    devices = " and ".join({{ p.package }}.DEVICES)
-    need = "needs a GPU" if {{ p.package }}.DEVICES[0] == "cuda" else f"needs a {devices} device"
+    devices = " and ".join(package.DEVICES)
+    need = "needs a GPU" if package.DEVICES[0] == "cuda" else f"needs a {devices} device"
     skip = pytest.mark.skip(reason=f"this backend is registered for {devices} only: {need}")
     for item in items:
         if item.name != "test_registration" and item.module.__name__ != "test_devices":

@@ -1,11 +1,10 @@
 {%- set p = project() -%}
-"""Every op of the "{{ p.name }}" backend, in real processes: sync, async, odd layouts, subgroups."""
+"""Every op of the backend (names.py), in real processes: sync, async, odd layouts, subgroups."""
 
 import pytest
 from cases import OPS, REDUCING
 from harness import Cluster
-
-import {{ p.package }}
+from names import NAME, package
 
 @pytest.mark.parametrize("op", sorted(OPS))
 def test_op(cluster, op):
@@ -96,5 +95,5 @@ def test_bad_calls_fail_at_once_with_a_clear_error(cluster):
 
 
 def test_registration():
-    assert {{ p.package }}.BACKEND_NAME == "{{ p.name }}"
-    assert sorted({{ p.package }}.OPS) == sorted(OPS)
+    assert package.BACKEND_NAME == NAME
+    assert sorted(package.OPS) == sorted(OPS)

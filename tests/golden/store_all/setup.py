@@ -1,4 +1,4 @@
-"""Builds store_all_collectives, the "store_all" torch.distributed backend.
+"""Builds the C++ extension of this torch.distributed backend (its package: pyproject.toml).
 
     pip install --no-build-isolation .
 
@@ -10,6 +10,7 @@ CppExtension. Whether this machine has a GPU does not matter.
 """
 
 import os
+import re
 from pathlib import Path
 
 import torch
@@ -17,6 +18,8 @@ from setuptools import setup
 from torch.utils import cpp_extension
 
 ROOT = Path(__file__).parent.resolve()
+#: The Python package, from the distribution pyproject.toml names (my-backend-collectives).
+PACKAGE = re.search(r'^name = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.MULTILINE)[1].replace("-", "_")
 
 
 def build_with_cuda() -> bool:
@@ -30,13 +33,13 @@ def get_extensions():
     with_cuda = build_with_cuda()
     # bindings.cpp (pybind11) takes longest: start it first.
     sources = sorted(
-        (str(path.relative_to(ROOT)) for path in (ROOT / "csrc").glob("*.cpp")),
+        (str(path.relative_to(ROOT)) for path in (ROOT / "csrc").rglob("*.cpp")),
         key=lambda source: (not source.endswith("bindings.cpp"), source),
     )
     extension = cpp_extension.CUDAExtension if with_cuda else cpp_extension.CppExtension
     return [
         extension(
-            name="store_all_collectives._C",
+            name=f"{PACKAGE}._C",
             sources=sources,
             include_dirs=[str(ROOT / "csrc")],
             define_macros=[("WITH_CUDA", None)] if with_cuda else [],
@@ -52,7 +55,7 @@ def torch_release() -> str:
 
 
 # The package checks at import that it runs with the torch it was built for.
-(ROOT / "src" / "store_all_collectives" / "_build_info.py").write_text(
+(ROOT / "src" / PACKAGE / "_build_info.py").write_text(
     f'"""Written by setup.py: the torch this build is for."""\n\nTORCH_VERSION = "{torch.__version__}"\n'
 )
 

@@ -1,4 +1,4 @@
-"""Builds ucx_all_collectives, the "ucx_all" torch.distributed backend.
+"""Builds the C++ extension of this torch.distributed backend (its package: pyproject.toml).
 
     pip install --no-build-isolation .
 
@@ -20,6 +20,7 @@ absolute folder too. The installed wheel runs without LD_LIBRARY_PATH.
 """
 
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -32,6 +33,8 @@ from setuptools import setup
 from torch.utils import cpp_extension
 
 ROOT = Path(__file__).parent.resolve()
+#: The Python package, from the distribution pyproject.toml names (my-backend-collectives).
+PACKAGE = re.search(r'^name = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.MULTILINE)[1].replace("-", "_")
 
 
 @dataclass(frozen=True)
@@ -71,14 +74,14 @@ def rpath(folder: str) -> list:
     """Linker flags so that the extension finds the libraries in ``folder`` without LD_LIBRARY_PATH.
 
     A folder of this Python environment is named relative to where pip installs the extension
-    (``$ORIGIN/../../..`` from site-packages/ucx_all_collectives/), so the environment can move or be
+    (``$ORIGIN/../../..`` from site-packages/<package>/), so the environment can move or be
     copied; the absolute folder follows, for builds used in place (``build_ext --inplace``,
     ``pip install --target``). Any other folder (/usr, /opt, a module's prefix) is absolute.
     """
     folder = Path(folder).resolve()
     paths = [str(folder)]
     if in_this_environment(folder):
-        installed = Path(sysconfig.get_path("platlib"), "ucx_all_collectives").resolve()
+        installed = Path(sysconfig.get_path("platlib"), PACKAGE).resolve()
         paths.insert(0, "$ORIGIN/" + os.path.relpath(folder, installed))
     # RUNPATH (new dtags), which LD_LIBRARY_PATH can still override, as mpicc and torch do.
     return ["-Wl,--enable-new-dtags", *(f"-Wl,-rpath,{path}" for path in paths)]
@@ -192,17 +195,17 @@ def get_extensions():
     with_cuda = build_with_cuda()
     # bindings.cpp (pybind11) takes longest: start it first.
     sources = sorted(
-        (str(path.relative_to(ROOT)) for path in (ROOT / "csrc").glob("*.cpp")),
+        (str(path.relative_to(ROOT)) for path in (ROOT / "csrc").rglob("*.cpp")),
         key=lambda source: (not source.endswith("bindings.cpp"), source),
     )
     extension = cpp_extension.CUDAExtension if with_cuda else cpp_extension.CppExtension
     found = [find_library(wanted) for wanted in LIBRARIES]
     for wanted, library in zip(LIBRARIES, found):
-        print(f"ucx_all_collectives: building against {wanted.name} from {library.source}")
+        print(f"{PACKAGE}: building against {wanted.name} from {library.source}")
     compile_args = [arg for library in found for arg in library.compile_args]
     return [
         extension(
-            name="ucx_all_collectives._C",
+            name=f"{PACKAGE}._C",
             sources=sources,
             include_dirs=[str(ROOT / "csrc"), *(d for library in found for d in library.include_dirs)],
             library_dirs=[d for library in found for d in library.library_dirs],
@@ -221,7 +224,7 @@ def torch_release() -> str:
 
 
 # The package checks at import that it runs with the torch it was built for.
-(ROOT / "src" / "ucx_all_collectives" / "_build_info.py").write_text(
+(ROOT / "src" / PACKAGE / "_build_info.py").write_text(
     f'"""Written by setup.py: the torch this build is for."""\n\nTORCH_VERSION = "{torch.__version__}"\n'
 )
 

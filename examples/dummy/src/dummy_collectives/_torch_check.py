@@ -12,6 +12,9 @@ import re
 import torch
 
 REBUILD = "pip install --no-build-isolation ."
+#: This package, and the backend's name (the package is ``<name>_collectives``).
+PACKAGE = __package__
+NAME = PACKAGE.removesuffix("_collectives")
 #: The prefixes of the settings that point the build at each library the extension
 #: links (``FOO`` for ``FOO_HOME``; see setup.py).
 LIBRARY_VARIABLES = []
@@ -28,11 +31,11 @@ def check_torch() -> None:
         from ._build_info import TORCH_VERSION
     except ImportError:
         raise ImportError(
-            f"dummy_collectives is not built: run `{REBUILD}` in its project folder"
+            f"{PACKAGE} is not built: run `{REBUILD}` in its project folder"
         ) from None
     if release(TORCH_VERSION) != release(torch.__version__):
         raise ImportError(
-            f"dummy_collectives was built against torch {TORCH_VERSION} but this is torch {torch.__version__}:"
+            f"{PACKAGE} was built against torch {TORCH_VERSION} but this is torch {torch.__version__}:"
             f" rebuild it with `{REBUILD}` in its project folder"
         )
 
@@ -44,7 +47,7 @@ def load_error(error: ImportError) -> str:
     missing = re.match(r"([^\s:]+): cannot open shared object file", reason)
     if missing is None:
         return (
-            f"the dummy backend's extension dummy_collectives._C does not load ({reason}):"
+            f"the {NAME} backend's extension {PACKAGE}._C does not load ({reason}):"
             f" rebuild it with `{REBUILD}` in its project folder"
         )
     point = ""
@@ -56,7 +59,7 @@ def load_error(error: ImportError) -> str:
             f" {folders}, or PKG_CONFIG_PATH for pkg-config)"
         )
     return (
-        f"the dummy backend (dummy_collectives) cannot load {missing[1]}, a library its"
+        f"the {NAME} backend ({PACKAGE}) cannot load {missing[1]}, a library its"
         " extension links, which is not where it was at build time: add its folder to"
         f" LD_LIBRARY_PATH, or rebuild with `{REBUILD}` in its project folder{point}"
     )

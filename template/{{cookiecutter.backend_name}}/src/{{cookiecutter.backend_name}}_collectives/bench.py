@@ -1,14 +1,14 @@
 {%- set p = project() -%}
-"""nccl-tests-style benchmark of the "{{ p.name }}" backend, with a reference backend alongside.
+"""nccl-tests-style benchmark of this package's backend, with a reference backend alongside.
 {%- if p.impl == "mpi" %}
 
-    python -m {{ p.package }}.bench --nprocs 4              # runs itself under mpirun -n 4
-    mpirun -n 4 python -m {{ p.package }}.bench             # or under a launcher of your own
+    python -m <package>.bench --nprocs 4              # runs itself under mpirun -n 4
+    mpirun -n 4 python -m <package>.bench             # or under a launcher of your own
 {%- else %}
 
-    python -m {{ p.package }}.bench --nprocs 4              # starts 4 local ranks itself
-    torchrun --nproc-per-node 4 -m {{ p.package }}.bench    # or under a launcher
-    mpirun -n 4 python -m {{ p.package }}.bench
+    python -m <package>.bench --nprocs 4              # starts 4 local ranks itself
+    torchrun --nproc-per-node 4 -m <package>.bench    # or under a launcher
+    mpirun -n 4 python -m <package>.bench
 {%- endif %}
 
 Every size of the sweep runs on this backend, then on the reference (gloo by
@@ -564,7 +564,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         text = text.strip().upper().removesuffix("B")
         return int(float(text[:-1]) * units[text[-1]]) if text[-1:] in units else int(text)
 
-    parser = _Parser(prog="python -m {{ p.package }}.bench", description=__doc__.split("\n\n")[0])
+    parser = _Parser(prog=f"python -m {__package__}.bench", description=__doc__.split("\n\n")[0])
     add = parser.add_argument
     add("-b", "--minbytes", type=size, default=size("8"), help="smallest size (default: 8)")
     add("-e", "--maxbytes", type=size, default=size("16M"), help="largest size (default: 16M)")
@@ -636,10 +636,10 @@ def main(argv: list[str] | None = None) -> None:
 {%- if p.impl == "mpi" %}
     # MPI processes are started by MPI's launcher: run this module again under mpirun.
     try:
-        mpirun = mpirun_command()  # {{ p.macro }}_MPIRUN, else the mpirun beside Python or on the PATH
+        mpirun = mpirun_command()  # <NAME>_MPIRUN, else the mpirun beside Python or on the PATH
     except FileNotFoundError as e:
         sys.exit(f"{e}; or run this under your MPI's launcher")
-    command = [*mpirun, "-n", str(world_size), sys.executable, "-m", "{{ p.package }}.bench"]
+    command = [*mpirun, "-n", str(world_size), sys.executable, "-m", f"{__package__}.bench"]
     command += sys.argv[1:] if argv is None else argv
     sys.exit(subprocess.run(command, check=False).returncode)
 {%- else %}

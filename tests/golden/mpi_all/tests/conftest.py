@@ -5,23 +5,22 @@ import os
 import pytest
 import torch
 from harness import Cluster
-
-import mpi_all_collectives
+from names import ENV, package
 
 #: World sizes every op is tested at: not only powers of two.
-#: MPI_ALL_TEST_WORLD_SIZES=3 (comma-separated) picks others, for a quicker run.
+#: <NAME>_TEST_WORLD_SIZES=3 (comma-separated) picks others, for a quicker run.
 WORLD_SIZES = [
-    int(n) for n in os.environ.get("MPI_ALL_TEST_WORLD_SIZES", "2,3,4").split(",")
+    int(n) for n in os.environ.get(ENV + "TEST_WORLD_SIZES", "2,3,4").split(",")
 ]
 
 
 def pytest_collection_modifyitems(config, items):
     """A backend not registered for cpu needs its device for the tests on CPU tensors (a GPU
     for cuda); test_devices.py runs every op on the fake accelerator all the same."""
-    if "cpu" in mpi_all_collectives.DEVICES or (mpi_all_collectives.DEVICES[0] == "cuda" and torch.cuda.is_available()):
+    if "cpu" in package.DEVICES or (package.DEVICES[0] == "cuda" and torch.cuda.is_available()):
         return
-    devices = " and ".join(mpi_all_collectives.DEVICES)
-    need = "needs a GPU" if mpi_all_collectives.DEVICES[0] == "cuda" else f"needs a {devices} device"
+    devices = " and ".join(package.DEVICES)
+    need = "needs a GPU" if package.DEVICES[0] == "cuda" else f"needs a {devices} device"
     skip = pytest.mark.skip(reason=f"this backend is registered for {devices} only: {need}")
     for item in items:
         if item.name != "test_registration" and item.module.__name__ != "test_devices":

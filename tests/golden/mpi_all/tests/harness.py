@@ -1,7 +1,7 @@
 """Runs test cases on a group of real processes, one per rank.
 
 A Cluster starts ``world_size`` processes with mpirun. Each initialises
-torch.distributed with the "mpi_all" backend, then runs the cases
+torch.distributed with the backend (names.py), then runs the cases
 (functions in cases.py) the test asks for and reports back. Starting
 processes costs seconds, so the tests keep one Cluster per world size and run
 many cases on it. A case that fails or hangs on any rank fails the test with
@@ -11,7 +11,7 @@ new one.
 MPI processes must be started by an MPI launcher, so the ranks are
 ``mpirun -n N python -m harness``: each connects back to the test process
 (multiprocessing.connection, with a random key) and then serves cases exactly
-like a spawned rank. MPI_ALL_MPIRUN overrides the launcher command
+like a spawned rank. <NAME>_MPIRUN overrides the launcher command
 (default: the mpirun beside this Python, as `pip install mpich` installs it,
 else the first on the PATH); mpirun_command() adds the options the tests need
 for MPICH's, Intel MPI's and Open MPI's.
@@ -35,16 +35,18 @@ import time
 import traceback
 from datetime import timedelta
 
-BACKEND = "mpi_all"
+from names import ENV, NAME
+
+BACKEND = NAME
 #: The environment variable that hands a rank started by mpirun its configuration.
-CLUSTER_VARIABLE = "MPI_ALL_TEST_CLUSTER"
+CLUSTER_VARIABLE = ENV + "TEST_CLUSTER"
 
 #: How long one case may take on the slowest rank before the cluster is killed.
-CASE_TIMEOUT = float(os.environ.get("MPI_ALL_TEST_CASE_TIMEOUT", "120"))
+CASE_TIMEOUT = float(os.environ.get(ENV + "TEST_CASE_TIMEOUT", "120"))
 #: How long the other ranks get to answer once one failed (seconds).
 AFTER_A_FAILURE = 10.0
 #: The process group timeout the ranks use.
-GROUP_TIMEOUT = float(os.environ.get("MPI_ALL_TEST_GROUP_TIMEOUT", "60"))
+GROUP_TIMEOUT = float(os.environ.get(ENV + "TEST_GROUP_TIMEOUT", "60"))
 #: In a rank: the timeout of its process group, in seconds.
 RANK_GROUP_TIMEOUT = GROUP_TIMEOUT
 #: The name the fake accelerator (tests/fake_accelerator) takes in the ranks of a
@@ -61,10 +63,10 @@ class ClusterError(AssertionError):
 
 
 def free_port() -> int:
-    """A port for rank 0's store: mpi_all_collectives.free_port(), below the ephemeral range."""
-    import mpi_all_collectives
+    """A port for rank 0's store: the package's free_port(), below the ephemeral range."""
+    from names import package
 
-    return mpi_all_collectives.free_port()
+    return package.free_port()
 
 
 class Cluster:
@@ -288,20 +290,20 @@ class Cluster:
 def mpirun_command(survive_exits: bool = False) -> list[str]:
     """The MPI launcher and its options, for test clusters and launcher tests.
 
-    mpi_all_collectives.mpirun_command() (MPI_ALL_MPIRUN if set; else the mpirun
+    the package's mpirun_command() (<NAME>_MPIRUN if set; else the mpirun
     beside this Python, as `pip install mpich` puts it there, else the first
     mpirun on the PATH), plus what the failure tests need: a rank that dies
     must not take the others with it, since they check that the others notice.
     Open MPI's mpirun needs survive_exits for that, and then exits with 0
     whatever the ranks' statuses, so the tests that read its status leave it off.
     """
-    import mpi_all_collectives
+    from names import package
 
     try:
-        command = mpi_all_collectives.mpirun_command()
+        command = package.mpirun_command()
     except FileNotFoundError as e:
         raise ClusterError(str(e)) from None
-    kind, major = mpi_all_collectives.mpi_launcher(command[0])
+    kind, major = package.mpi_launcher(command[0])
     if kind == "hydra" and "-disable-auto-cleanup" not in command:  # MPICH, Intel MPI
         command.append("-disable-auto-cleanup")
     keep_going = "orte_abort_on_non_zero_status"
@@ -316,19 +318,19 @@ def _init(rank: int, world_size: int, rendezvous: dict) -> None:
     import torch
     import torch.distributed as dist
 
-    import mpi_all_collectives
+    from names import package
 
     global RANK_GROUP_TIMEOUT
     RANK_GROUP_TIMEOUT = rendezvous["timeout"]
 
-    if mpi_all_collectives.WITH_CUDA and torch.cuda.is_available():
+    if package.WITH_CUDA and torch.cuda.is_available():
         torch.cuda.set_device(rank % torch.cuda.device_count())
     if rendezvous.get("fake"):
         import fake_accelerator
 
         fake_accelerator.load(rendezvous["fake"], FAKE_DEVICE)
-        if FAKE_DEVICE not in mpi_all_collectives.DEVICES:
-            mpi_all_collectives.register([*mpi_all_collectives.DEVICES, FAKE_DEVICE])
+        if FAKE_DEVICE not in package.DEVICES:
+            package.register([*package.DEVICES, FAKE_DEVICE])
 
     timeout = timedelta(seconds=rendezvous["timeout"])
     how = rendezvous["init"]
@@ -383,9 +385,9 @@ def _main() -> None:
     """A rank started by mpirun (``python -m harness``): connect back, then serve."""
     config = json.loads(os.environ.pop(CLUSTER_VARIABLE))
     os.environ.update(config["env"])
-    import mpi_all_collectives
+    from names import package
 
-    found = mpi_all_collectives.launcher_rank_and_size()
+    found = package.launcher_rank_and_size()
     if found is None:
         sys.exit("harness: no rank in the environment; start this with mpirun")
     rank, world_size = found

@@ -9,16 +9,15 @@ import pytest
 import torch
 from cases import OPS
 from harness import FAKE_DEVICE
-
-import mpi_all_collectives
+from names import package
 
 
 def _why_no_cuda() -> str:
     if not torch.cuda.is_available():
         return "needs a GPU"
-    if not mpi_all_collectives.WITH_CUDA:
+    if not package.WITH_CUDA:
         return "built without CUDA"
-    if "cuda" not in mpi_all_collectives.DEVICES:
+    if "cuda" not in package.DEVICES:
         return "not registered for cuda"
     return ""
 

@@ -1,10 +1,9 @@
-"""Every op of the "mpi_all" backend, in real processes: sync, async, odd layouts, subgroups."""
+"""Every op of the backend (names.py), in real processes: sync, async, odd layouts, subgroups."""
 
 import pytest
 from cases import OPS, REDUCING
 from harness import Cluster
-
-import mpi_all_collectives
+from names import NAME, package
 
 @pytest.mark.parametrize("op", sorted(OPS))
 def test_op(cluster, op):
@@ -92,5 +91,5 @@ def test_bad_calls_fail_at_once_with_a_clear_error(cluster):
 
 
 def test_registration():
-    assert mpi_all_collectives.BACKEND_NAME == "mpi_all"
-    assert sorted(mpi_all_collectives.OPS) == sorted(OPS)
+    assert package.BACKEND_NAME == NAME
+    assert sorted(package.OPS) == sorted(OPS)

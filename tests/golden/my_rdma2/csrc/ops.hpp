@@ -1,8 +1,9 @@
 // The interface between the backend's plumbing and its collectives.
 //
-// backend.cpp checks every call on the caller's thread, queues it, and runs it
-// on the backend's worker thread by calling one of the functions declared
-// here. ops.cpp defines them: that is where your library's calls go. Your
+// collectives.cpp checks every call on the caller's thread and queues it; the
+// runtime (runtime/, vendored) runs it on the backend's worker thread by
+// calling one of the functions declared here. ops.cpp defines them: that is
+// where your library's calls go. Your
 // library's state per group (Communicator), its Options and the lifecycle of
 // a group (init, split, finalize, abort) are here too.
 //
@@ -17,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "context.hpp"
+#include "runtime/context.hpp"
 
 namespace my_rdma2_collectives {
 

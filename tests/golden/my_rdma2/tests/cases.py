@@ -27,8 +27,7 @@ import torch
 import torch.distributed as dist
 from torch.torch_version import TorchVersion
 from harness import BACKEND, Skip
-
-import my_rdma2_collectives
+from names import ENV, NAME, package
 
 #: The ops the backend implements.
 OPS = {
@@ -60,11 +59,11 @@ REDUCE_OP_DTYPES = {"BAND": "int32", "BOR": "int32", "BXOR": "int32"}
 #: 28 bits of a tag mixes up the first three; MPI may refuse the last (MPI_TAG_UB).
 TAGS = [7, 7 + 2**16, 7 + 2**28, 2**31 - 1]
 #: The device the cases use: the backend's first device.
-DEVICE = "cpu" if "cpu" in my_rdma2_collectives.DEVICES else "cuda"
+DEVICE = "cpu" if "cpu" in package.DEVICES else "cuda"
 #: Whether the backend really communicates (False: the tutorial's dummy semantics).
 REAL = False
 #: The seed of the random data of ``Ctx(values="real")``; every failure names it.
-SEED = int(os.environ.get("MY_RDMA2_TEST_SEED", "2026"))
+SEED = int(os.environ.get(ENV + "TEST_SEED", "2026"))
 #: The dtypes random data is made for: over each one's whole range, with its extremes.
 REAL_DTYPES = {
     "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
@@ -736,25 +735,25 @@ def destroy_pending(ctx: Ctx) -> None:
 
 
 def group_options(ctx: Ctx) -> None:
-    """pg_options and the MY_RDMA2_* variables reach the group; a keyword beats the variable.
+    """pg_options and the <NAME>_* variables reach the group; a keyword beats the variable.
 
     On 3 or more ranks the group given pg_options is [0, 2]: with mpi, ops::split
     derives it from the default group's communicator.
     """
-    variable = "MY_RDMA2_VERBOSE"
+    variable = ENV + "VERBOSE"
     assert variable not in os.environ, f"the test needs {variable} unset"
-    assert my_rdma2_collectives.group_options().verbose is False  # the default in ops.hpp
-    assert repr(my_rdma2_collectives.Options(verbose=True)) == "Options(verbose=True)"
+    assert package.group_options().verbose is False  # the default in ops.hpp
+    assert repr(package.Options(verbose=True)) == "Options(verbose=True)"
     import pytest
 
-    with pytest.raises(TypeError, match=r"^my_rdma2: Options.verbose takes a bool, not 'loud'$"):
-        my_rdma2_collectives.Options(verbose="loud")
+    with pytest.raises(TypeError, match=rf"^{NAME}: Options.verbose takes a bool, not 'loud'$"):
+        package.Options(verbose="loud")
     os.environ[variable] = "1"
     try:
-        assert my_rdma2_collectives.Options().verbose is True
+        assert package.Options().verbose is True
         from_environment = dist.new_group(ctx.ranks)
         members = [0, 2] if ctx.world >= 3 else ctx.ranks
-        given = dist.new_group(members, pg_options=my_rdma2_collectives.Options(verbose=False))
+        given = dist.new_group(members, pg_options=package.Options(verbose=False))
         os.environ[variable] = "maybe"
         try:
             dist.new_group(ctx.ranks)
@@ -763,9 +762,9 @@ def group_options(ctx: Ctx) -> None:
             assert variable in str(e) and "boolean" in str(e), str(e)
     finally:
         del os.environ[variable]
-    assert my_rdma2_collectives.group_options(from_environment).verbose is True
+    assert package.group_options(from_environment).verbose is True
     if ctx.rank in members:
-        assert my_rdma2_collectives.group_options(given).verbose is False
+        assert package.group_options(given).verbose is False
 
 
 def bad_calls(ctx: Ctx) -> None:
@@ -974,5 +973,5 @@ def run(case: str, subgroup_ranks=None, **params):
         return function(ctx, **own)
     except (AssertionError, RuntimeError) as e:  # a wrong result, or an op that raised
         given = ", ".join(f"{k}={v!r}" for k, v in {**own, **params}.items())
-        where = f"[case {case}({given}) on rank {ctx.rank}; random data seed {ctx.seed}: MY_RDMA2_TEST_SEED={ctx.seed} repeats it]"
+        where = f"[case {case}({given}) on rank {ctx.rank}; random data seed {ctx.seed}: {ENV}TEST_SEED={ctx.seed} repeats it]"
         raise (AssertionError if isinstance(e, AssertionError) else RuntimeError)(f"{e}\n{where}") from e

@@ -1,7 +1,7 @@
 """Runs test cases on a group of real processes, one per rank.
 
 A Cluster spawns ``world_size`` processes. Each initialises torch.distributed
-with the "store_all" backend, then runs the cases (functions in cases.py)
+with the backend (names.py), then runs the cases (functions in cases.py)
 the test asks for and reports back. Starting processes costs seconds, so the
 tests keep one Cluster per world size and run many cases on it. A case that
 fails or hangs on any rank fails the test with every rank's traceback; a hung
@@ -18,14 +18,16 @@ import tempfile
 import traceback
 from datetime import timedelta
 
-BACKEND = "store_all"
+from names import ENV, NAME
+
+BACKEND = NAME
 
 #: How long one case may take on the slowest rank before the cluster is killed.
-CASE_TIMEOUT = float(os.environ.get("STORE_ALL_TEST_CASE_TIMEOUT", "120"))
+CASE_TIMEOUT = float(os.environ.get(ENV + "TEST_CASE_TIMEOUT", "120"))
 #: How long the other ranks get to answer once one failed (seconds).
 AFTER_A_FAILURE = 10.0
 #: The process group timeout the ranks use.
-GROUP_TIMEOUT = float(os.environ.get("STORE_ALL_TEST_GROUP_TIMEOUT", "60"))
+GROUP_TIMEOUT = float(os.environ.get(ENV + "TEST_GROUP_TIMEOUT", "60"))
 #: In a rank: the timeout of its process group, in seconds.
 RANK_GROUP_TIMEOUT = GROUP_TIMEOUT
 #: The name the fake accelerator (tests/fake_accelerator) takes in the ranks of a
@@ -42,10 +44,10 @@ class ClusterError(AssertionError):
 
 
 def free_port() -> int:
-    """A port for rank 0's store: store_all_collectives.free_port(), below the ephemeral range."""
-    import store_all_collectives
+    """A port for rank 0's store: the package's free_port(), below the ephemeral range."""
+    from names import package
 
-    return store_all_collectives.free_port()
+    return package.free_port()
 
 
 class Cluster:
@@ -188,19 +190,19 @@ def _init(rank: int, world_size: int, rendezvous: dict) -> None:
     import torch
     import torch.distributed as dist
 
-    import store_all_collectives
+    from names import package
 
     global RANK_GROUP_TIMEOUT
     RANK_GROUP_TIMEOUT = rendezvous["timeout"]
 
-    if store_all_collectives.WITH_CUDA and torch.cuda.is_available():
+    if package.WITH_CUDA and torch.cuda.is_available():
         torch.cuda.set_device(rank % torch.cuda.device_count())
     if rendezvous.get("fake"):
         import fake_accelerator
 
         fake_accelerator.load(rendezvous["fake"], FAKE_DEVICE)
-        if FAKE_DEVICE not in store_all_collectives.DEVICES:
-            store_all_collectives.register([*store_all_collectives.DEVICES, FAKE_DEVICE])
+        if FAKE_DEVICE not in package.DEVICES:
+            package.register([*package.DEVICES, FAKE_DEVICE])
 
     timeout = timedelta(seconds=rendezvous["timeout"])
     how = rendezvous["init"]

@@ -659,9 +659,9 @@ def profiled_and_timed(ctx: Ctx) -> None:
 
 def _group_entries(group: dist.ProcessGroup) -> list[dict]:
     """This rank's flight recorder entries for ``group``, oldest first."""
-    import ucx_all_collectives
+    from names import package
 
-    return [e for e in ucx_all_collectives.flight_record()["entries"] if e["process_group"][0] == group.group_name]
+    return [e for e in package.flight_record()["entries"] if e["process_group"][0] == group.group_name]
 
 
 def recorded_op(ctx: Ctx, n: int = 37) -> int:
@@ -691,9 +691,9 @@ def recorded_op(ctx: Ctx, n: int = 37) -> int:
     assert entry["time_created_ns"] <= entry["time_discovered_started_ns"] <= entry["time_discovered_completed_ns"]
     assert 0 < entry["duration_ms"] <= took_ms, (entry["duration_ms"], took_ms)
     assert entry["timeout_ms"] == int(dist.distributed_c10d._get_default_timeout(BACKEND).total_seconds() * 1000)
-    import ucx_all_collectives
+    from names import package
 
-    config = ucx_all_collectives.flight_record()["pg_config"][group.group_name]
+    config = package.flight_record()["pg_config"][group.group_name]
     assert config["ranks"] == str(ctx.ranks), config
     if group in getattr(dist.distributed_c10d._world, "pg_flight_recorder_hooks", {}):
         # torch 2.15 on: c10d's own recorder, told of completions by the backend's hooks.
@@ -772,10 +772,10 @@ def skipped_collective(ctx: Ctx) -> dict:
         time.sleep(0.1)
     # Dumped again now that the second group's collective completed on every
     # rank, so that the analyser finds one mismatch only: the skipped collective.
-    import ucx_all_collectives
+    from names import package
 
     dist.barrier(group=_sync_group())
-    assert ucx_all_collectives.dump_flight_record() == dump
+    assert package.dump_flight_record() == dump
     return {"message": message, "group": group.group_name}
 
 

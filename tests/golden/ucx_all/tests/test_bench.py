@@ -1,6 +1,7 @@
 """The benchmark module: a small sweep end to end, its table, its command line."""
 
 import argparse
+import importlib
 import json
 import os
 import subprocess
@@ -11,14 +12,16 @@ from harness import Cluster
 
 import pytest
 import torch
+from names import NAME, package
 
-from ucx_all_collectives import bench
+bench = importlib.import_module(package.__name__ + ".bench")
+COMMAND = f"python -m {bench.__name__}"
 
 
 def test_bench_sweeps_every_collective_and_checks_results(tmp_path):
     out = tmp_path / "bench"
     result = subprocess.run(
-        [sys.executable, "-m", "ucx_all_collectives.bench", "--nprocs", "2", "-b", "8", "-e", "2K",
+        [sys.executable, "-m", bench.__name__, "--nprocs", "2", "-b", "8", "-e", "2K",
          "-f", "16", "-n", "2", "-w", "1", "--out", str(out)],
         capture_output=True, text=True, timeout=600, env=dict(os.environ, PYTHONUNBUFFERED="1"),
     )  # fmt: skip
@@ -33,7 +36,7 @@ def test_bench_sweeps_every_collective_and_checks_results(tmp_path):
     assert {row["collective"] for row in rows} == set(bench.available())
     assert {row["size"] for row in rows if row["collective"] == "all_reduce"} <= {8, 128, 2048}
     wrong = sum(
-        r["wrong"] for row in rows for place in row["results"]["ucx_all"].values()
+        r["wrong"] for row in rows for place in row["results"][NAME].values()
         for r in [place] if r["wrong"] is not None
     )  # fmt: skip
     assert wrong == 0 and "# Out of bounds values : 0 OK" in table, table
@@ -47,7 +50,7 @@ def _rows(*collectives: str) -> list:
     rows = []
     for name in collectives:
         row = bench.Row(name, 1024, 256, "float", "none", -1)
-        row.results["ucx_all"] = {
+        row.results[NAME] = {
             bench.OOP: bench.Result(10.0, 0.1, 0.2, 0), bench.IP: bench.Result(5.0, 0.2, 0.4, 0),
         }  # fmt: skip
         row.results["gloo"] = {bench.OOP: bench.Result(20.0, 0.1, 0.1, 0), bench.IP: bench.Result(20.0, 0.1, 0.1, 0)}
@@ -61,7 +64,7 @@ def _args(reference: str = "gloo") -> argparse.Namespace:
 
 def test_table_of_several_collectives_names_them_and_averages_each():
     lines = bench.report(_rows("all_reduce", "all_gather"), _args(), 2).splitlines()
-    assert lines[0].startswith("# ucx_all vs gloo: 2 ranks"), lines[0]
+    assert lines[0].startswith(f"# {NAME} vs gloo: 2 ranks"), lines[0]
     assert lines[2].split()[:2] == ["#", "collective"], lines[2]
     assert lines[2].count("busbw/gloo") == 2, lines[2]  # one ratio per variant
     assert lines[1].index("out-of-place") < lines[1].index("in-place"), lines[1]
@@ -75,7 +78,7 @@ def test_table_of_several_collectives_names_them_and_averages_each():
 
 def test_table_of_one_collective_and_no_reference():
     lines = bench.report(_rows("all_reduce"), _args("none"), 3).splitlines()
-    assert lines[0].startswith("# ucx_all: 3 ranks"), lines[0]
+    assert lines[0].startswith(f"# {NAME}: 3 ranks"), lines[0]
     assert "collective" not in lines[2] and "busbw/" not in lines[2], lines[2]
     assert lines[-1] == "# Avg bus bandwidth    : 0.3000", lines
 
@@ -83,7 +86,7 @@ def test_table_of_one_collective_and_no_reference():
 @pytest.mark.parametrize(
     "argv, error",
     [
-        (["--collectives", "foo"], "--collectives foo: ucx_all runs "),
+        (["--collectives", "foo"], f"--collectives foo: {NAME} runs "),
         (["--reference", "nccl"], "--reference nccl: not a backend this torch runs on "),
         (["--device", "cuda"], "--device cuda: torch "),
     ],
@@ -95,9 +98,9 @@ def test_bad_argument_is_one_usage_error_before_any_rank_starts(argv, error, cap
         bench.main(argv)
     assert exit_.value.code == 2
     err = capsys.readouterr().err
-    assert err.startswith("usage: python -m ucx_all_collectives.bench "), err
+    assert err.startswith(f"usage: {COMMAND} "), err
     errors = [line for line in err.splitlines() if "error" in line]
-    assert len(errors) == 1 and errors[0].startswith(f"python -m ucx_all_collectives.bench: error: {error}"), err
+    assert len(errors) == 1 and errors[0].startswith(f"{COMMAND}: error: {error}"), err
 
 
 def test_bad_argument_under_a_launcher_is_reported_by_rank_0_alone(capsys, monkeypatch):
@@ -110,12 +113,12 @@ def test_bad_argument_under_a_launcher_is_reported_by_rank_0_alone(capsys, monke
 
 def test_help_names_the_module_and_says_each_default_once():
     result = subprocess.run(
-        [sys.executable, "-m", "ucx_all_collectives.bench", "--help"],
+        [sys.executable, "-m", bench.__name__, "--help"],
         capture_output=True, text=True, timeout=120, env=dict(os.environ, COLUMNS="200"),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    assert out.startswith("usage: python -m ucx_all_collectives.bench "), out
+    assert out.startswith(f"usage: {COMMAND} "), out
     options = {}  # the first word of each option's entry: its entry, help included
     for entry in out.split("\n  -")[1:]:
         options["-" + entry.split()[0]] = " ".join(entry.split())

@@ -4,7 +4,7 @@ Every op is recorded in c10d's flight recorder format; when a collective
 times out, its error names the ranks that never entered it, and every rank
 writes its record where TORCH_FR_DUMP_TEMP_FILE says, which torch's analyser
 (torchfrtrace, ``python -m torch.distributed.flight_recorder.fr_trace``) reads, on
-every torch through ``python -m ucx_all_collectives.frtrace``.
+every torch through ``python -m <package>.frtrace``.
 """
 
 import os
@@ -16,9 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from cases import PROBE
-
-import ucx_all_collectives
 from harness import BACKEND, Cluster
+from names import package
 
 pytestmark = pytest.mark.skipif(PROBE is None, reason="needs one of the collectives the cases use")
 
@@ -40,7 +39,7 @@ def test_dumps_at_the_same_time_each_write_a_whole_record(tmp_path, monkeypatch)
     monkeypatch.setenv("TORCH_FR_DUMP_TEMP_FILE", str(tmp_path / "trace_rank_"))
 
     def dump_repeatedly(_: int) -> list:
-        return [ucx_all_collectives.dump_flight_record() for _ in range(200)]
+        return [package.dump_flight_record() for _ in range(200)]
 
     with ThreadPoolExecutor(4) as pool:
         paths = set().union(*pool.map(dump_repeatedly, range(4)))
@@ -83,7 +82,7 @@ def test_a_skipped_collective_is_named_in_the_errors_and_in_every_rank_s_dump(tm
     # Torch's analyser reads them, through the package's reader on every torch
     # (before 2.15 the analyser knows only NCCL's, gloo's and a few other names).
     analysis = subprocess.run(
-        [sys.executable, "-m", "ucx_all_collectives.frtrace", str(tmp_path)],
+        [sys.executable, "-m", package.__name__ + ".frtrace", str(tmp_path)],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     report = analysis.stdout + analysis.stderr

@@ -1,14 +1,14 @@
 """Reads the flight recorder's dumps of every rank with torch's analyser, on every torch.
 
-    python -m allops_collectives.frtrace DIR [the analyser's options]
+    python -m <package>.frtrace DIR [the analyser's options]
 
 Each rank of a group whose collective timed out writes its record to
 ``TORCH_FR_DUMP_TEMP_FILE<rank>`` in c10d's format. Torch's analyser
 (``python -m torch.distributed.flight_recorder.fr_trace DIR``) reads them from
 torch 2.15 on; older ones read only the backends they know by name (NCCL's,
-gloo's and a few others) and refuse "allops". So this copies the dumps
+gloo's and a few others) and refuse this one. So this copies the dumps
 with the backend's ops named as gloo's, runs the analyser on the copies, and
-names "allops" again in what it prints. It exits with the analyser's code.
+names this backend again in what it prints. It exits with the analyser's code.
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ import tempfile
 
 import torch
 
+from . import BACKEND_NAME as BACKEND
+
 #: The name the analyser knows that stands for this backend's while it reads the copies.
 STAND_IN = "gloo"
-BACKEND = "allops"
 
 
 def reads_any_backend() -> bool:

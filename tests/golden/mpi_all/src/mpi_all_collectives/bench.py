@@ -1,7 +1,7 @@
-"""nccl-tests-style benchmark of the "mpi_all" backend, with a reference backend alongside.
+"""nccl-tests-style benchmark of this package's backend, with a reference backend alongside.
 
-    python -m mpi_all_collectives.bench --nprocs 4              # runs itself under mpirun -n 4
-    mpirun -n 4 python -m mpi_all_collectives.bench             # or under a launcher of your own
+    python -m <package>.bench --nprocs 4              # runs itself under mpirun -n 4
+    mpirun -n 4 python -m <package>.bench             # or under a launcher of your own
 
 Every size of the sweep runs on this backend, then on the reference (gloo by
 default) in the same processes, so the ratio column compares like with like.
@@ -547,7 +547,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         text = text.strip().upper().removesuffix("B")
         return int(float(text[:-1]) * units[text[-1]]) if text[-1:] in units else int(text)
 
-    parser = _Parser(prog="python -m mpi_all_collectives.bench", description=__doc__.split("\n\n")[0])
+    parser = _Parser(prog=f"python -m {__package__}.bench", description=__doc__.split("\n\n")[0])
     add = parser.add_argument
     add("-b", "--minbytes", type=size, default=size("8"), help="smallest size (default: 8)")
     add("-e", "--maxbytes", type=size, default=size("16M"), help="largest size (default: 16M)")
@@ -613,10 +613,10 @@ def main(argv: list[str] | None = None) -> None:
         return
     # MPI processes are started by MPI's launcher: run this module again under mpirun.
     try:
-        mpirun = mpirun_command()  # MPI_ALL_MPIRUN, else the mpirun beside Python or on the PATH
+        mpirun = mpirun_command()  # <NAME>_MPIRUN, else the mpirun beside Python or on the PATH
     except FileNotFoundError as e:
         sys.exit(f"{e}; or run this under your MPI's launcher")
-    command = [*mpirun, "-n", str(world_size), sys.executable, "-m", "mpi_all_collectives.bench"]
+    command = [*mpirun, "-n", str(world_size), sys.executable, "-m", f"{__package__}.bench"]
     command += sys.argv[1:] if argv is None else argv
     sys.exit(subprocess.run(command, check=False).returncode)
 

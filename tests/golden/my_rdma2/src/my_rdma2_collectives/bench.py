@@ -1,8 +1,8 @@
-"""nccl-tests-style benchmark of the "my_rdma2" backend, with a reference backend alongside.
+"""nccl-tests-style benchmark of this package's backend, with a reference backend alongside.
 
-    python -m my_rdma2_collectives.bench --nprocs 4              # starts 4 local ranks itself
-    torchrun --nproc-per-node 4 -m my_rdma2_collectives.bench    # or under a launcher
-    mpirun -n 4 python -m my_rdma2_collectives.bench
+    python -m <package>.bench --nprocs 4              # starts 4 local ranks itself
+    torchrun --nproc-per-node 4 -m <package>.bench    # or under a launcher
+    mpirun -n 4 python -m <package>.bench
 
 Every size of the sweep runs on this backend, then on the reference (gloo by
 default) in the same processes, so the ratio column compares like with like.
@@ -552,7 +552,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         text = text.strip().upper().removesuffix("B")
         return int(float(text[:-1]) * units[text[-1]]) if text[-1:] in units else int(text)
 
-    parser = _Parser(prog="python -m my_rdma2_collectives.bench", description=__doc__.split("\n\n")[0])
+    parser = _Parser(prog=f"python -m {__package__}.bench", description=__doc__.split("\n\n")[0])
     add = parser.add_argument
     add("-b", "--minbytes", type=size, default=size("8"), help="smallest size (default: 8)")
     add("-e", "--maxbytes", type=size, default=size("16M"), help="largest size (default: 16M)")

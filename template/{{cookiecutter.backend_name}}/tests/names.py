@@ -1,0 +1,12 @@
+{%- set p = project() -%}
+"""The backend these tests check. The harness and the op tests read its names
+from here, so that they are the same in every project of a template release
+that chose the same ops and implementation; only launched.py, test_install.py
+and test_runtime.py, whose scripts start processes of their own, name it too."""
+
+import {{ p.package }} as package  # noqa: F401  (imported first: it registers the backend)
+
+#: The name torch.distributed knows the backend by.
+NAME = "{{ p.name }}"
+#: The prefix of the backend's settings ({{ p.macro }}_VERBOSE...) and of these tests' own.
+ENV = "{{ p.macro }}_"
