@@ -8,9 +8,20 @@ from pathlib import Path
 
 import pytest
 from click.testing import Result
-from helpers import EXAMPLE_DUMMY, Built, build, have_ucx, listing, run_cli
+from helpers import (
+    EXAMPLE_DUMMY,
+    Built,
+    build,
+    edit_ops_readme_and_options,
+    have_ucx,
+    listing,
+    run_cli,
+)
 from new_backend import GenerationResult, generate_project
 from new_backend.catalogue import Catalogue, load_catalogue
+from new_backend.kits import base_kit
+from new_backend.update import update_project
+from new_backend.validate import Answers
 
 # The golden trees are generated projects, with tests of their own that need a
 # built extension: they are data here, never collected.
@@ -83,11 +94,24 @@ def built_dummy(tmp_path_factory: pytest.TempPathFactory) -> Built:
     return build(EXAMPLE_DUMMY, tmp_path_factory.mktemp("build-dummy"))
 
 
+#: The release whose projects move to the vendored runtime (csrc/runtime/, 0.3.0) in
+#: built_all_ops: its version and template hash.
+MOVED_FROM = ("0.2.7", "03419e3fba1df937")
+
+
 @pytest.fixture(scope="session")
 def built_all_ops(tmp_path_factory: pytest.TempPathFactory) -> Built:
-    """A fresh project with every op (a name with an underscore and a digit), built."""
-    rendered = generate_project("all_ops2", ops="all", output_dir=tmp_path_factory.mktemp("render"))
-    return build(rendered.target, tmp_path_factory.mktemp("build-all-ops"))
+    """A project with every op (a name with an underscore and a digit), made by 0.2.7,
+    edited as its README invites (edit_ops_readme_and_options), updated to this release
+    with ``new-backend update``, and built: test_vendored checks the update, test_build
+    runs its suite."""
+    answers = Answers.checked(backend_name="all_ops2", ops="all")
+    with base_kit(*MOVED_FROM) as kit:
+        project = kit.render(answers.cookiecutter_context(), tmp_path_factory.mktemp("render"))
+    edit_ops_readme_and_options(project)
+    result = update_project(project, allow_dirty=True)
+    assert not result.conflicts, result.diff()
+    return build(project, tmp_path_factory.mktemp("build-all-ops"))
 
 
 @pytest.fixture(scope="session")

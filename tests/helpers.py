@@ -166,3 +166,31 @@ def ucx_by_pkg_config() -> bool:
 def have_ucx() -> bool:
     """Whether a generated ucx project can find UCX: ``UCX_HOME``, or pkg-config."""
     return bool(os.environ.get("UCX_HOME")) or ucx_by_pkg_config()
+
+
+#: What a user adds to ops.cpp and README.md (edit_ops_readme_and_options).
+USER_HELPER = (
+    "\n// mine: a helper of my library, kept across updates\nint myHelper() { return 7; }\n"
+)
+USER_NOTES = "Notes of mine, kept across updates.\n"
+
+
+def edit_ops_readme_and_options(project: Path) -> None:
+    """What a project's README invites: code in ops.cpp, an option (``rails``) in ops.hpp,
+    notes in README.md."""
+    ops = project / "csrc" / "ops.cpp"
+    end = "} // namespace ops\n"
+    ops.write_text(ops.read_text().replace(end, end + USER_HELPER))
+    hpp = project / "csrc" / "ops.hpp"
+    field = "  bool verbose = false;\n"
+    described = '  field("verbose", &Options::verbose, "report each group created on stderr");\n'
+    text = hpp.read_text()
+    assert field in text and described in text
+    hpp.write_text(
+        text.replace(field, field + "  int64_t rails = 1;\n").replace(
+            described, described + '  field("rails", &Options::rails, "network rails to use");\n'
+        )
+    )
+    readme = project / "README.md"
+    lines = readme.read_text().splitlines(keepends=True)
+    readme.write_text("".join([lines[0], "\n", USER_NOTES, *lines[1:]]))
