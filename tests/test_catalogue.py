@@ -71,15 +71,19 @@ def test_every_op_is_overridden_in_the_all_ops_project(
     catalogue: Catalogue, render: Render
 ) -> None:
     project = render("allops", ops="all").target
-    collectives = (project / "csrc" / "collectives.cpp").read_text()
+    collectives = (project / "csrc" / "collectives.hpp").read_text()
     overrides = set(
         re.findall(r"^  c10::intrusive_ptr<c10d::Work> (\w+)\(", collectives, re.MULTILINE)
     )
     for op in catalogue.ops:
         assert set(op.canonical_names) <= overrides, op.name
-    sources = "\n".join(p.read_text() for p in sorted((project / "csrc").rglob("*.cpp")))
+    ops_cpp = (project / "csrc" / "ops.cpp").read_text()
     for op in catalogue.ops:
-        assert re.search(rf"::{re.escape(op.name)}\(", sources), f"{op.name} has no definition"
+        name = re.escape(op.name)
+        assert re.search(rf"ops::{name}\(ctx", collectives), f"{op.name}'s override calls no body"
+        assert re.search(rf"^\S.* {name}\(const OpContext& ctx", ops_cpp, re.MULTILINE), (
+            f"{op.name} has no body in ops.cpp"
+        )
     for path in project.rglob("*.py"):
         ast.parse(path.read_text(), filename=str(path))
 
@@ -88,7 +92,7 @@ def test_a_project_overrides_only_the_ops_it_was_given(
     catalogue: Catalogue, render: Render
 ) -> None:
     project = render("some", ops="allreduce,send").target
-    collectives = (project / "csrc" / "collectives.cpp").read_text()
+    collectives = (project / "csrc" / "collectives.hpp").read_text()
     overrides = set(
         re.findall(r"^  c10::intrusive_ptr<c10d::Work> (\w+)\(", collectives, re.MULTILINE)
     )

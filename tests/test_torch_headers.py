@@ -147,7 +147,7 @@ def test_every_virtual_of_backend_and_work_is_overridden_or_a_default_with_a_rea
 ) -> None:
     """New virtuals (torch 2.15's isInitialized(), completion hooks...) are decided, not missed."""
     project = render("allops", ops="all").target
-    sources = [project / "csrc" / "runtime" / "backend.hpp", project / "csrc" / "collectives.cpp"]
+    sources = [project / "csrc" / "runtime" / "backend.hpp", project / "csrc" / "collectives.hpp"]
     text = re.sub(r"//[^\n]*", "", "\n".join(path.read_text() for path in sources))
     overrides = set(re.findall(r"\b(\w+)\([^;{]*\)\s*(?:const\s*)?override\b", text))
     theirs = {f"Backend::{n}" for n in virtual_methods("Backend.hpp") if not n.startswith("~")}
@@ -158,7 +158,7 @@ def test_every_virtual_of_backend_and_work_is_overridden_or_a_default_with_a_rea
     assert not undecided, (
         f"torch {torch.__version__}'s c10d has virtual methods the generated backend neither "
         f"overrides nor lists in catalogue.toml's [defaults]: {undecided}. Override each in the "
-        "template's runtime/backend.hpp (or collectives.cpp, for a collective), or list it with "
+        "template's runtime/backend.hpp (or collectives.hpp, for a collective), or list it with "
         "the reason c10d's default is right."
     )
     both = sorted(v for v in catalogue.defaults if v.split("::")[1] in overrides)
@@ -190,7 +190,7 @@ def test_the_backend_compiles_against_a_torch_without_the_supports_virtuals(
     assert removed == 1, "Backend.hpp's supportsSplitting() changed: update this test"
     (future / "Backend.hpp").write_text(without)
     probe = tmp_path / "probe.cpp"
-    probe.write_text('#include "collectives.cpp"\n')
+    probe.write_text('#include "collectives.hpp"\n')
     includes = [tmp_path / "include", project / "csrc", *cpp_extension.include_paths()]
     command = [
         os.environ.get("CXX", "c++"), "-std=c++20", "-fsyntax-only", "-Wall", "-Werror",

@@ -2,7 +2,7 @@
 
 A project's C++ runtime is the template's ``csrc/runtime/`` copied byte for byte:
 no backend name, op list or device list inside. What makes a project its own is
-rendered into a few small files (``csrc/config.hpp``, ``csrc/collectives.cpp``, the
+rendered into a few small files (``csrc/config.hpp``, ``csrc/collectives.hpp``, the
 package's ``__init__.py``, ``tests/names.py``...), and its user's code is ``ops.*``.
 """
 
@@ -81,7 +81,7 @@ def test_projects_that_differ_only_in_name_differ_in_a_few_rendered_files(
     b = generate_project("beta_2", ops="all", impl=impl, output_dir=tmp_path).target
     differ = differing_lines(a, b, "alpha", "beta_2")
     assert not [path for path in differ if path.startswith("csrc/runtime/")], differ
-    assert "csrc/config.hpp" in differ and "csrc/collectives.cpp" not in differ, differ
+    assert "csrc/config.hpp" in differ and "csrc/collectives.hpp" not in differ, differ
     assert sum(differ.values()) <= NAME_ONLY_BUDGET, differ
 
 

@@ -1,6 +1,6 @@
 // The interface between the backend's plumbing and its collectives.
 //
-// collectives.cpp checks every call on the caller's thread and queues it; the
+// collectives.hpp checks every call on the caller's thread and queues it; the
 // runtime (runtime/, vendored) runs it on the backend's worker thread by
 // calling one of the functions declared here. ops.cpp defines them: that is
 // where your library's calls go. Your

@@ -1,6 +1,7 @@
 // The plumbing of Backend: see backend.hpp. The op bodies are in ops.cpp.
 #include "backend.hpp"
 #include "checks.hpp"
+#include "collectives.hpp"  // this project's: class Collectives, a final Backend
 
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
@@ -938,7 +939,7 @@ c10::intrusive_ptr<c10d::Backend> Backend::create(
     std::lock_guard<std::mutex> lock(worldMutex);
     world = library;
   }
-  return makeBackend(std::move(group), std::move(library), userOptions, timeout);
+  return c10::make_intrusive<Collectives>(std::move(group), std::move(library), userOptions, timeout);
 }
 
 c10::intrusive_ptr<c10d::Backend> Backend::split(
@@ -965,7 +966,7 @@ c10::intrusive_ptr<c10d::Backend> Backend::split(
       static_cast<int>(it - ranks.begin()), static_cast<int>(ranks.size()), name, std::move(globalRanks));
   auto library = makeLibrary(*group, store, timeout, options_, false, library_);
   c10::intrusive_ptr<c10d::Backend> child =
-      makeBackend(std::move(group), std::move(library), options_, timeout);
+      c10::make_intrusive<Collectives>(std::move(group), std::move(library), options_, timeout);
   lastSplitStore_ = store.get();
   lastSplitName_ = name;
   lastSplit_.emplace(child);

@@ -1,6 +1,6 @@
 // The argument checks of every call, on the caller's thread, before anything
 // is queued: a bad call fails at once, naming the backend, the rank, the op
-// and what is wrong. backend.cpp and collectives.cpp include it.
+// and what is wrong. backend.cpp (and through it collectives.hpp) includes it.
 #pragma once
 
 #include <ATen/core/Tensor.h>

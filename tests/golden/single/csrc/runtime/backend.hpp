@@ -688,11 +688,4 @@ class Backend : public WithSplitting<c10d::Backend> {
   WorkQueue receives_;  // recv and recvAnysource
 };
 
-// A Backend with this project's collectives (Collectives, in collectives.cpp).
-c10::intrusive_ptr<Backend> makeBackend(
-    std::shared_ptr<Group> group,
-    std::shared_ptr<Library> library,
-    Options options,
-    std::chrono::milliseconds timeout);
-
 } // namespace NEW_BACKEND_NAMESPACE

@@ -1,8 +1,11 @@
 // The collectives this backend offers, one override of c10d::Backend each:
 // it checks the call on the caller's thread, then queues the body, ops::<op>
 // in ops.cpp. Rendered from the catalogue for the ops this project chose; the
-// runtime (runtime/) does the rest. torch.distributed raises
-// "Backend <name> does not support <op>" for every other collective.
+// runtime (runtime/, whose backend.cpp includes this header) does the rest.
+// torch.distributed raises "Backend <name> does not support <op>" for every
+// other collective.
+#pragma once
+
 #include "runtime/backend.hpp"
 #include "runtime/checks.hpp"
 
@@ -273,13 +276,5 @@ class Collectives final : public Backend {
   }
 
 };
-
-c10::intrusive_ptr<Backend> makeBackend(
-    std::shared_ptr<Group> group,
-    std::shared_ptr<Library> library,
-    Options options,
-    std::chrono::milliseconds timeout) {
-  return c10::make_intrusive<Collectives>(std::move(group), std::move(library), std::move(options), timeout);
-}
 
 } // namespace NEW_BACKEND_NAMESPACE
