@@ -273,7 +273,7 @@ def test_an_out_of_tree_device_is_served_by_name(run: Cli, out: Path) -> None:
     init = (project / "src" / "x_collectives" / "__init__.py").read_text()
     assert 'DEVICES = ["cpu", "npu"]' in init
     config = (project / "csrc" / "config.hpp").read_text()
-    assert "kDevices[] = {c10::DeviceType::CPU};" in config, config
+    assert "kDevices[] = {c10::DeviceType::CPU, c10::DeviceType::PrivateUse1};" in config, config
     assert '#define NEW_BACKEND_DEVICES "cpu and npu"' in config, config
     assert 'FAKE_DEVICE = "npu"' in (project / "tests" / "harness.py").read_text()
 

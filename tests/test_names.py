@@ -71,8 +71,7 @@ def test_the_collection_check_catches_a_shadowing_test_module(tmp_path: Path) ->
     (project / "tests" / "test_ops.py").rename(project / "tests" / "test_collectives.py")
     done = collect(project)
     assert done.returncode != 0, done.stdout
-    assert "partially initialized module" in done.stderr, done.stderr
-    assert "import test_collectives as package" in done.stderr, done.stderr
+    assert "partially initialized module 'test_collectives'" in done.stderr, done.stderr
 
 
 def test_the_generated_suite_says_why_it_skips(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,25 @@ def test_the_runtime_is_the_templates_byte_for_byte_whatever_the_name_ops_and_de
         runtime = files(project / "csrc" / "runtime")
         assert runtime == expected_runtime(impl), sorted(runtime)
     assert not any(b"alpha" in data for data in files(projects[0] / "csrc" / "runtime").values())
+
+
+@pytest.mark.build
+@pytest.mark.parametrize("devices", ["npu", "cpu,npu"])
+def test_the_runtime_compiles_for_an_out_of_tree_device_alone_or_with_cpu(
+    devices: str, tmp_path: Path
+) -> None:
+    """kDevices is never empty: a project for an out-of-tree device alone serves PrivateUse1."""
+    from torch.utils import cpp_extension
+
+    project = generate_project("npu_only", ops="all", devices=devices, output_dir=tmp_path).target
+    includes = [project / "csrc", *cpp_extension.include_paths()]
+    command = [
+        os.environ.get("CXX", "c++"), "-std=c++20", "-fsyntax-only", "-Wall", "-Werror",
+        *(f"-I{path}" for path in includes), f"-I{sysconfig.get_paths()['include']}",
+        str(project / "csrc" / "runtime" / "backend.cpp"),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
 
 
 def test_the_runtime_folder_says_it_is_vendored() -> None:

@@ -1,9 +1,13 @@
 """Every op of the backend (names.py), in real processes: sync, async, odd layouts, subgroups."""
 
+import importlib
+
 import pytest
 from cases import OPS, REDUCING
 from harness import Cluster
-from names import NAME, package
+from names import NAME, PACKAGE
+
+package = importlib.import_module(PACKAGE)
 
 @pytest.mark.parametrize("op", sorted(OPS))
 def test_op(cluster, op):

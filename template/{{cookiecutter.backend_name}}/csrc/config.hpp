@@ -20,10 +20,10 @@
 
 namespace NEW_BACKEND_NAMESPACE {
 
-// torch's own device types the backend serves; a PrivateUse1 device (an
-// out-of-tree accelerator) is served once the package registers for it.
+// The device types the backend serves: torch's own it was made for, and
+// PrivateUse1 (an out-of-tree accelerator, once the package registers for it).
 inline constexpr c10::DeviceType kDevices[] = {
-{%- for d in p.torch_devices %}c10::DeviceType::{{ d | upper }}{{ ", " if not loop.last }}{% endfor -%}
-};
+{%- for d in p.torch_devices %}c10::DeviceType::{{ d | upper }}, {% endfor -%}
+c10::DeviceType::PrivateUse1};
 
 } // namespace NEW_BACKEND_NAMESPACE

@@ -1,12 +1,15 @@
 {%- set p = project() -%}
 """Shared fixtures: one cluster of real processes per world size, for the whole session."""
 
+import importlib
 import os
 
 import pytest
 import torch
 from harness import Cluster
-from names import ENV, package
+from names import ENV, PACKAGE
+
+package = importlib.import_module(PACKAGE)
 
 #: World sizes every op is tested at: not only powers of two.
 #: <NAME>_TEST_WORLD_SIZES=3 (comma-separated) picks others, for a quicker run.

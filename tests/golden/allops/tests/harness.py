@@ -10,6 +10,7 @@ cluster is killed and the next test starts a new one.
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -18,7 +19,7 @@ import tempfile
 import traceback
 from datetime import timedelta
 
-from names import ENV, NAME
+from names import ENV, NAME, PACKAGE
 
 BACKEND = NAME
 
@@ -45,7 +46,7 @@ class ClusterError(AssertionError):
 
 def free_port() -> int:
     """A port for rank 0's store: the package's free_port(), below the ephemeral range."""
-    from names import package
+    package = importlib.import_module(PACKAGE)
 
     return package.free_port()
 
@@ -190,7 +191,7 @@ def _init(rank: int, world_size: int, rendezvous: dict) -> None:
     import torch
     import torch.distributed as dist
 
-    from names import package
+    package = importlib.import_module(PACKAGE)
 
     global RANK_GROUP_TIMEOUT
     RANK_GROUP_TIMEOUT = rendezvous["timeout"]

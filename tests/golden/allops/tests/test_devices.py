@@ -5,11 +5,15 @@ streams really run asynchronously and whose memory the host cannot read),
 built once and loaded in every rank; and on CUDA where there is a GPU.
 """
 
+import importlib
+
 import pytest
 import torch
 from cases import OPS
 from harness import FAKE_DEVICE
-from names import package
+from names import PACKAGE
+
+package = importlib.import_module(PACKAGE)
 
 
 def _why_no_cuda() -> str:

@@ -22,7 +22,9 @@ import torch
 import torch.distributed as dist
 from torch.torch_version import TorchVersion
 from harness import BACKEND, Skip
-from names import ENV, NAME, package
+from names import ENV, NAME, PACKAGE
+
+package = importlib.import_module(PACKAGE)
 
 #: The ops the backend implements.
 OPS = {
@@ -1410,7 +1412,7 @@ def bench_and_a_plain_loop(ctx: Ctx, size: int, iters: int, rounds: int) -> dict
     one was still running. The loop is what a user would write:
     ``dist.all_reduce(t)`` ``iters`` times.
     """
-    bench = importlib.import_module(package.__name__ + ".bench")
+    bench = importlib.import_module(PACKAGE + ".bench")
     args = bench.parse_args([
         "--collectives", "all_reduce", "-b", str(size), "-e", str(size), "-n", str(iters),
         "-w", "3", "--check", "0", "--reference", "none", "--no-progress",

@@ -19,6 +19,7 @@ for MPICH's, Intel MPI's and Open MPI's.
 
 from __future__ import annotations
 
+import importlib
 import json
 import multiprocessing
 import multiprocessing.connection
@@ -35,7 +36,7 @@ import time
 import traceback
 from datetime import timedelta
 
-from names import ENV, NAME
+from names import ENV, NAME, PACKAGE
 
 BACKEND = NAME
 #: The environment variable that hands a rank started by mpirun its configuration.
@@ -64,7 +65,7 @@ class ClusterError(AssertionError):
 
 def free_port() -> int:
     """A port for rank 0's store: the package's free_port(), below the ephemeral range."""
-    from names import package
+    package = importlib.import_module(PACKAGE)
 
     return package.free_port()
 
@@ -297,7 +298,7 @@ def mpirun_command(survive_exits: bool = False) -> list[str]:
     Open MPI's mpirun needs survive_exits for that, and then exits with 0
     whatever the ranks' statuses, so the tests that read its status leave it off.
     """
-    from names import package
+    package = importlib.import_module(PACKAGE)
 
     try:
         command = package.mpirun_command()
@@ -318,7 +319,7 @@ def _init(rank: int, world_size: int, rendezvous: dict) -> None:
     import torch
     import torch.distributed as dist
 
-    from names import package
+    package = importlib.import_module(PACKAGE)
 
     global RANK_GROUP_TIMEOUT
     RANK_GROUP_TIMEOUT = rendezvous["timeout"]
@@ -385,7 +386,7 @@ def _main() -> None:
     """A rank started by mpirun (``python -m harness``): connect back, then serve."""
     config = json.loads(os.environ.pop(CLUSTER_VARIABLE))
     os.environ.update(config["env"])
-    from names import package
+    package = importlib.import_module(PACKAGE)
 
     found = package.launcher_rank_and_size()
     if found is None:

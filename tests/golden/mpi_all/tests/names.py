@@ -3,9 +3,9 @@ from here, so that they are the same in every project of a template release
 that chose the same ops and implementation; only launched.py, test_install.py
 and test_runtime.py, whose scripts start processes of their own, name it too."""
 
-import mpi_all_collectives as package  # noqa: F401  (imported first: it registers the backend)
-
-#: The name torch.distributed knows the backend by.
+#: The name torch.distributed knows the backend by, and its Python package.
 NAME = "mpi_all"
+PACKAGE = "mpi_all_collectives"
 #: The prefix of the backend's settings (MPI_ALL_VERBOSE...) and of these tests' own.
 ENV = "MPI_ALL_"
+

@@ -12,9 +12,9 @@ from harness import Cluster
 
 import pytest
 import torch
-from names import NAME, package
+from names import NAME, PACKAGE
 
-bench = importlib.import_module(package.__name__ + ".bench")
+bench = importlib.import_module(PACKAGE + ".bench")
 COMMAND = f"python -m {bench.__name__}"
 
 

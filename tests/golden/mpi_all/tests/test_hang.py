@@ -7,6 +7,7 @@ writes its record where TORCH_FR_DUMP_TEMP_FILE says, which torch's analyser
 every torch through ``python -m <package>.frtrace``.
 """
 
+import importlib
 import os
 import pickle
 import re
@@ -17,7 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from cases import PROBE
 from harness import BACKEND, Cluster
-from names import package
+from names import PACKAGE
+
+package = importlib.import_module(PACKAGE)
 
 pytestmark = pytest.mark.skipif(PROBE is None, reason="needs one of the collectives the cases use")
 
@@ -82,7 +85,7 @@ def test_a_skipped_collective_is_named_in_the_errors_and_in_every_rank_s_dump(tm
     # Torch's analyser reads them, through the package's reader on every torch
     # (before 2.15 the analyser knows only NCCL's, gloo's and a few other names).
     analysis = subprocess.run(
-        [sys.executable, "-m", package.__name__ + ".frtrace", str(tmp_path)],
+        [sys.executable, "-m", PACKAGE + ".frtrace", str(tmp_path)],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     report = analysis.stdout + analysis.stderr

@@ -27,7 +27,9 @@ import torch
 import torch.distributed as dist
 from torch.torch_version import TorchVersion
 from harness import BACKEND, Skip
-from names import ENV, NAME, package
+from names import ENV, NAME, PACKAGE
+
+package = importlib.import_module(PACKAGE)
 
 #: The ops the backend implements.
 OPS = {

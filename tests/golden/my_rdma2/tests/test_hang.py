@@ -7,13 +7,16 @@ writes its record where TORCH_FR_DUMP_TEMP_FILE says, which torch's analyser
 every torch through ``python -m <package>.frtrace``.
 """
 
+import importlib
 import os
 import pickle
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from cases import PROBE
-from names import package
+from names import PACKAGE
+
+package = importlib.import_module(PACKAGE)
 
 pytestmark = pytest.mark.skipif(PROBE is None, reason="needs one of the collectives the cases use")
 

@@ -19,8 +19,8 @@
 
 namespace NEW_BACKEND_NAMESPACE {
 
-// torch's own device types the backend serves; a PrivateUse1 device (an
-// out-of-tree accelerator) is served once the package registers for it.
-inline constexpr c10::DeviceType kDevices[] = {c10::DeviceType::CUDA};
+// The device types the backend serves: torch's own it was made for, and
+// PrivateUse1 (an out-of-tree accelerator, once the package registers for it).
+inline constexpr c10::DeviceType kDevices[] = {c10::DeviceType::CUDA, c10::DeviceType::PrivateUse1};
 
 } // namespace NEW_BACKEND_NAMESPACE

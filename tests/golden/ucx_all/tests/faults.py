@@ -9,6 +9,7 @@ wrong data, never a hang past the timeout, never a crash.
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import subprocess
@@ -22,6 +23,7 @@ import torch
 import torch.distributed as dist
 from cases import PROBE, Ctx, probe
 from harness import BACKEND, Skip
+from names import PACKAGE
 
 #: What every later op of a group says once one of its collectives failed.
 UNUSABLE = r"this process group can no longer be used since .*; destroy it and create a new one"
@@ -659,7 +661,7 @@ def profiled_and_timed(ctx: Ctx) -> None:
 
 def _group_entries(group: dist.ProcessGroup) -> list[dict]:
     """This rank's flight recorder entries for ``group``, oldest first."""
-    from names import package
+    package = importlib.import_module(PACKAGE)
 
     return [e for e in package.flight_record()["entries"] if e["process_group"][0] == group.group_name]
 
@@ -691,7 +693,7 @@ def recorded_op(ctx: Ctx, n: int = 37) -> int:
     assert entry["time_created_ns"] <= entry["time_discovered_started_ns"] <= entry["time_discovered_completed_ns"]
     assert 0 < entry["duration_ms"] <= took_ms, (entry["duration_ms"], took_ms)
     assert entry["timeout_ms"] == int(dist.distributed_c10d._get_default_timeout(BACKEND).total_seconds() * 1000)
-    from names import package
+    package = importlib.import_module(PACKAGE)
 
     config = package.flight_record()["pg_config"][group.group_name]
     assert config["ranks"] == str(ctx.ranks), config
@@ -772,7 +774,7 @@ def skipped_collective(ctx: Ctx) -> dict:
         time.sleep(0.1)
     # Dumped again now that the second group's collective completed on every
     # rank, so that the analyser finds one mismatch only: the skipped collective.
-    from names import package
+    package = importlib.import_module(PACKAGE)
 
     dist.barrier(group=_sync_group())
     assert package.dump_flight_record() == dump

@@ -34,8 +34,7 @@ class Check {
     require(t.layout() == c10::kStrided, what, " must be a dense tensor, got layout ", t.layout());
     const auto type = t.device().type();
     require(
-        type == c10::DeviceType::PrivateUse1 ||
-            std::find(std::begin(kDevices), std::end(kDevices), type) != std::end(kDevices),
+        std::find(std::begin(kDevices), std::end(kDevices), type) != std::end(kDevices),
         what, " is on ", t.device(), "; this backend is registered for " NEW_BACKEND_DEVICES " tensors");
 #ifndef WITH_CUDA
     require(
