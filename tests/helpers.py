@@ -168,6 +168,20 @@ def have_ucx() -> bool:
     return bool(os.environ.get("UCX_HOME")) or ucx_by_pkg_config()
 
 
+def add_an_option(project: Path) -> None:
+    """Add a field to Options and to describeOptions in csrc/ops.hpp, as its README invites."""
+    ops_hpp = project / "csrc" / "ops.hpp"
+    text = ops_hpp.read_text()
+    field = "  bool verbose = false;\n"
+    described = '  field("verbose", &Options::verbose, "report each group created on stderr");\n'
+    assert field in text and described in text
+    ops_hpp.write_text(
+        text.replace(field, field + "  int64_t rails = 1;\n").replace(
+            described, described + '  field("rails", &Options::rails, "network rails to use");\n'
+        )
+    )
+
+
 #: What a user adds to ops.cpp and README.md (edit_ops_readme_and_options).
 USER_HELPER = (
     "\n// mine: a helper of my library, kept across updates\nint myHelper() { return 7; }\n"
@@ -181,16 +195,7 @@ def edit_ops_readme_and_options(project: Path) -> None:
     ops = project / "csrc" / "ops.cpp"
     end = "} // namespace ops\n"
     ops.write_text(ops.read_text().replace(end, end + USER_HELPER))
-    hpp = project / "csrc" / "ops.hpp"
-    field = "  bool verbose = false;\n"
-    described = '  field("verbose", &Options::verbose, "report each group created on stderr");\n'
-    text = hpp.read_text()
-    assert field in text and described in text
-    hpp.write_text(
-        text.replace(field, field + "  int64_t rails = 1;\n").replace(
-            described, described + '  field("rails", &Options::rails, "network rails to use");\n'
-        )
-    )
+    add_an_option(project)
     readme = project / "README.md"
     lines = readme.read_text().splitlines(keepends=True)
     readme.write_text("".join([lines[0], "\n", USER_NOTES, *lines[1:]]))

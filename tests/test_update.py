@@ -21,7 +21,15 @@ from pathlib import Path
 import new_backend
 import pytest
 from conftest import Cli
-from helpers import TEMPLATE, assert_one_line_error, listing, render_with_cli, run_cli, tree
+from helpers import (
+    TEMPLATE,
+    add_an_option,
+    assert_one_line_error,
+    listing,
+    render_with_cli,
+    run_cli,
+    tree,
+)
 from new_backend.kits import Kit, base_kit, freeze, installed_kit, shipped_kits
 from new_backend.merge import diff3, merge3
 from new_backend.update import check_project, update_project
@@ -419,20 +427,6 @@ def test_check_names_hand_edited_plumbing(run: Cli, out: Path) -> None:
     assert "edited by hand" in result.stdout and "csrc/runtime/backend.cpp" in result.stdout
     listed = [line.strip() for line in result.stdout.splitlines() if line.startswith("  ")]
     assert listed == ["csrc/runtime/backend.cpp"]
-
-
-def add_an_option(project: Path) -> None:
-    """Add a field to Options and to describeOptions in csrc/ops.hpp, as its README invites."""
-    ops_hpp = project / "csrc" / "ops.hpp"
-    text = ops_hpp.read_text()
-    field = "  bool verbose = false;\n"
-    described = '  field("verbose", &Options::verbose, "report each group created on stderr");\n'
-    assert field in text and described in text
-    ops_hpp.write_text(
-        text.replace(field, field + "  int64_t rails = 1;\n").replace(
-            described, described + '  field("rails", &Options::rails, "network rails to use");\n'
-        )
-    )
 
 
 def test_check_accepts_a_new_option_in_ops_hpp(run: Cli, out: Path) -> None:

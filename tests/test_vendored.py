@@ -15,27 +15,22 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-from helpers import TEMPLATE, USER_HELPER, USER_NOTES, Built
+from helpers import TEMPLATE, USER_HELPER, USER_NOTES, Built, tree
 from new_backend import generate_project
+from new_backend.update import USER_FILES
 
 RUNTIME = TEMPLATE / "{{cookiecutter.backend_name}}" / "csrc" / "runtime"
 #: The transports, each kept only in the projects of its implementation.
 TRANSPORTS = {"store": "store_exchange", "mpi": "mpi_comm", "ucx": "ucx_comm"}
-#: What the user owns: their bodies, their options and communicator, their README.
-USER_FILES = ("csrc/ops.cpp", "csrc/ops.hpp", "README.md")
 #: Issue 31's budget: two projects that differ only in their names differ in at most
 #: this many lines of files other than the user's.
 NAME_ONLY_BUDGET = 800
 
 
-def files(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
-
-
 def expected_runtime(impl: str) -> dict[str, bytes]:
     """The template's runtime folder, less the transports of other implementations."""
     others = {stem for i, stem in TRANSPORTS.items() if i != impl}
-    return {path: data for path, data in files(RUNTIME).items() if path.split(".")[0] not in others}
+    return {path: data for path, data in tree(RUNTIME).items() if path.split(".")[0] not in others}
 
 
 @pytest.mark.parametrize("impl", ["dummy", "store", "mpi", "ucx"])
@@ -49,9 +44,9 @@ def test_the_runtime_is_the_templates_byte_for_byte_whatever_the_name_ops_and_de
         ).target,
     ]
     for project in projects:
-        runtime = files(project / "csrc" / "runtime")
+        runtime = tree(project / "csrc" / "runtime")
         assert runtime == expected_runtime(impl), sorted(runtime)
-    assert not any(b"alpha" in data for data in files(projects[0] / "csrc" / "runtime").values())
+    assert not any(b"alpha" in data for data in tree(projects[0] / "csrc" / "runtime").values())
 
 
 @pytest.mark.build
@@ -82,9 +77,9 @@ def test_the_runtime_folder_says_it_is_vendored() -> None:
 def differing_lines(a: Path, b: Path, a_name: str, b_name: str) -> dict[str, int]:
     """The files of ``a`` and ``b`` (paths compared with the names swapped) that differ, but the
     user's, each with its length in lines."""
-    theirs = files(b)
+    theirs = tree(b)
     differ = {}
-    for path, data in files(a).items():
+    for path, data in tree(a).items():
         if path in USER_FILES:
             continue
         other = theirs[path.replace(a_name, b_name)]
@@ -131,7 +126,7 @@ def test_a_0_2_7_project_with_edits_updates_to_the_vendored_runtime_and_builds(
     the option the user added works (test_build runs its suite)."""
     project = built_all_ops.project
     fresh = generate_project("all_ops2", ops="all", output_dir=tmp_path).target
-    mine, expected = files(project), files(fresh)
+    mine, expected = tree(project), tree(fresh)
     built = ("build/", "junit.xml", "src/all_ops2_collectives/_build_info.py")
     left = [p for p in mine.keys() - expected.keys() if not p.startswith(built)]
     left = [p for p in left if "__pycache__" not in p and ".egg-info/" not in p]
