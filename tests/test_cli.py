@@ -674,8 +674,8 @@ def test_a_signal_at_any_moment_leaves_no_staging_folder_and_no_traceback(
         left = sorted(p.name for p in out.iterdir())
         assert left in ([], ["x"]), f"{signal_name} after {delay} s left {left}"
         assert "Traceback" not in stderr, stderr
-        if left:  # done before the signal came
-            assert process.returncode in (0, 128 + number), (process.returncode, stderr)
+        if left:  # done before the signal came; it may still end the exiting interpreter
+            assert process.returncode in (0, -number, 128 + number), (process.returncode, stderr)
             assert (out / "x" / ".new-backend.json").is_file(), "a partial project"
         else:
             assert process.returncode in (-number, 128 + number), (process.returncode, stderr)

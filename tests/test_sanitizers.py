@@ -15,7 +15,7 @@ ThreadSanitizer: ``sanitizers/tsan_runtime.cpp`` drives the runtime (queue,
 Work, Runtime, Library, teardown) from C++ threads, the ranks of a group being
 backends in one process over a HashStore, mirroring the generated concurrency
 tests and checking the runtime's guarantees. It is compiled with the
-project's ``csrc/`` (every ``.cpp`` but the Python bindings) and
+project's sources (as setup.py lists them, but the Python bindings) and
 ``-fsanitize=thread`` and linked with the uninstrumented libtorch;
 ``sanitizers/tsan.supp`` suppresses, with reasons, only what TSan cannot see
 inside torch. It runs twice: as generated, and with ``kBodiesOnlyStart`` true
@@ -253,7 +253,8 @@ def compile_tsan_runtime(csrc: Path, out: Path) -> Path:
     """tsan_runtime.cpp and the project's runtime, compiled with -fsanitize=thread."""
     flags = ["-std=c++20", "-fsanitize=thread", "-O1", "-g1", f"-I{csrc}"]
     flags += [f"-I{path}" for path in cpp_extension.include_paths()]
-    sources = sorted(path for path in csrc.rglob("*.cpp") if path.name != "bindings.cpp")
+    # setup.py's sources but the bindings
+    sources = [csrc / "runtime" / "runtime.cpp", *sorted(csrc.glob("*.cpp"))]
     sources.append(HERE / "sanitizers" / "tsan_runtime.cpp")
     compilers = [
         (source, subprocess.Popen(

@@ -62,7 +62,7 @@ def test_the_runtime_compiles_for_an_out_of_tree_device_alone_or_with_cpu(
     command = [
         os.environ.get("CXX", "c++"), "-std=c++20", "-fsyntax-only", "-Wall", "-Werror",
         *(f"-I{path}" for path in includes), f"-I{sysconfig.get_paths()['include']}",
-        str(project / "csrc" / "runtime" / "backend.cpp"),
+        str(project / "csrc" / "runtime" / "runtime.cpp"),
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]

@@ -260,11 +260,10 @@ def build_with_cuda() -> bool:
 
 def get_extensions():
     with_cuda = build_with_cuda()
-    # bindings.cpp (pybind11) takes longest: start it first.
-    sources = sorted(
-        (str(path.relative_to(ROOT)) for path in (ROOT / "csrc").rglob("*.cpp")),
-        key=lambda source: (not source.endswith("bindings.cpp"), source),
-    )
+    # Your sources (csrc/*.cpp) and the runtime's two translation units (csrc/runtime/runtime.cpp
+    # includes the rest); the runtime's take longest, so they start first.
+    runtime = ["csrc/runtime/runtime.cpp", "csrc/runtime/bindings.cpp"]
+    sources = runtime + sorted(str(path.relative_to(ROOT)) for path in (ROOT / "csrc").glob("*.cpp"))
     extension = cpp_extension.CUDAExtension if with_cuda else cpp_extension.CppExtension
     found = [find_library(wanted) for wanted in LIBRARIES]
     for wanted, library in zip(LIBRARIES, found):

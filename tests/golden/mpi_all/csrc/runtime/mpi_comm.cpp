@@ -43,7 +43,7 @@ struct MpiOp::State {
   std::vector<std::function<void()>> then;  // run after the write-backs
   std::deque<std::vector<int>> arrays;      // counts and offsets MPI reads meanwhile
   bool streamSynced = false;  // the op's CUDA stream was synchronised (CUDA-aware MPI)
-  bool counted = false;    // counted in Runtime::pending
+  bool counted = false;    // counted in MpiLibrary::pending
   bool complete = false;   // every request completed
   bool abandoned = false;  // given up on (see abandon())
 
@@ -66,7 +66,7 @@ constexpr auto kCancelGrace = std::chrono::seconds(1);
 constexpr auto kFinalizeGrace = std::chrono::seconds(30);
 
 // MPI's lifetime in this process.
-struct Runtime {
+struct MpiLibrary {
   std::mutex mutex;             // initialisation and finalisation
   std::shared_mutex inUse;      // shared while this backend calls MPI, exclusive to finalise
   bool initialized = false;     // initialised (by us or by the program) and checked
@@ -79,8 +79,8 @@ struct Runtime {
   std::atomic<bool> forked{false};  // this is a child forked after that (pthread_atfork)
 };
 
-Runtime& runtime() {
-  static Runtime* instance = new Runtime();  // never destroyed: MPI may outlive static destructors
+MpiLibrary& mpiLibrary() {
+  static MpiLibrary* instance = new MpiLibrary();  // never destroyed: MPI may outlive static destructors
   return *instance;
 }
 
@@ -159,7 +159,7 @@ bool queryCudaAware() {
 // Initialises MPI once per process, at MPI_THREAD_MULTIPLE; or checks the
 // level the program initialised it with.
 void ensureInitialized() {
-  Runtime& rt = runtime();
+  MpiLibrary& rt = mpiLibrary();
   std::lock_guard<std::mutex> lock(rt.mutex);
   TORCH_CHECK(
       !rt.finalized, "Backend " NEW_BACKEND_NAME ": MPI was finalized; it cannot be initialized again");
@@ -197,21 +197,21 @@ void ensureInitialized() {
   createHalfOps<c10::BFloat16>(rt.halfOps[1]);
   rt.cudaAware = queryCudaAware();
   // Known without a getpid() call per MPI call: set in the child of a fork.
-  pthread_atfork(nullptr, nullptr, [] { runtime().forked.store(true); });
+  pthread_atfork(nullptr, nullptr, [] { mpiLibrary().forked.store(true); });
   rt.initialized = true;
 }
 
 // Whether this process is a child forked (os.fork()) after MPI was
 // initialised: MPI's state is its parent's, so it must not call MPI at all.
 bool forked() {
-  return runtime().forked.load(std::memory_order_relaxed);
+  return mpiLibrary().forked.load(std::memory_order_relaxed);
 }
 
 // Registers `state` with MPI's lifetime once it holds requests.
 void countPending(MpiOp::State& state) {
   if (!state.counted) {
     state.counted = true;
-    runtime().pending.fetch_add(1);
+    mpiLibrary().pending.fetch_add(1);
   }
 }
 
@@ -219,7 +219,7 @@ void markComplete(MpiOp::State& state) {
   if (!state.complete) {
     state.complete = true;
     if (state.counted) {
-      runtime().pending.fetch_sub(1);
+      mpiLibrary().pending.fetch_sub(1);
     }
   }
 }
@@ -254,15 +254,15 @@ bool completeCancelled(MPI_Request& request, MPI_Status& status) {
 // Gives up on an op whose requests have not completed. Its receives are
 // cancelled; returns true when one had matched its message before (MPI
 // cannot take a message back). What MPI may still use (a collective it cannot
-// cancel, a send no peer received) stays alive in runtime().abandoned.
+// cancel, a send no peer received) stays alive in mpiLibrary().abandoned.
 bool abandon(const std::shared_ptr<MpiOp::State>& state) {
   if (state->complete || state->abandoned || state->requests.empty()) {
     return false;
   }
   bool consumed = false;
   {
-    std::shared_lock<std::shared_mutex> use(runtime().inUse);
-    if (!runtime().finalized) {
+    std::shared_lock<std::shared_mutex> use(mpiLibrary().inUse);
+    if (!mpiLibrary().finalized) {
       state->statuses.resize(state->requests.size(), pendingStatus());
       for (size_t i = 0; i < state->requests.size(); ++i) {
         MPI_Request& request = state->requests[i];
@@ -281,8 +281,8 @@ bool abandon(const std::shared_ptr<MpiOp::State>& state) {
     markComplete(*state);
   } else {
     state->abandoned = true;
-    std::lock_guard<std::mutex> lock(runtime().mutex);
-    runtime().abandoned.push_back(state);
+    std::lock_guard<std::mutex> lock(mpiLibrary().mutex);
+    mpiLibrary().abandoned.push_back(state);
   }
   return consumed;
 }
@@ -295,7 +295,7 @@ bool canUseInPlace(const at::Tensor& tensor) {
     return false;
   }
   if (tensor.is_cuda()) {
-    return runtime().cudaAware && tensor.scalar_type() != at::kHalf &&
+    return mpiLibrary().cudaAware && tensor.scalar_type() != at::kHalf &&
         tensor.scalar_type() != at::kBFloat16;
   }
   return tensor.is_cpu();
@@ -361,8 +361,8 @@ Buffer bufferOver(const at::Tensor& memory, int64_t numel, c10::ScalarType dtype
 // runs while another thread is inside MPI.
 class MpiUse {
  public:
-  MpiUse() : lock_(runtime().inUse) {
-    TORCH_CHECK(!runtime().finalized, "MPI was finalized (the process is exiting)");
+  MpiUse() : lock_(mpiLibrary().inUse) {
+    TORCH_CHECK(!mpiLibrary().finalized, "MPI was finalized (the process is exiting)");
     TORCH_CHECK(
         !forked(), "MPI cannot be used in a process forked (os.fork()) after it was initialized");
   }
@@ -545,7 +545,7 @@ MPI_Datatype mpiDatatype(c10::ScalarType dtype) {
 
 MPI_Op mpiReduction(Reduction op, c10::ScalarType dtype) {
   if (dtype == c10::kHalf || dtype == c10::kBFloat16) {
-    const MPI_Op (&ops)[4] = runtime().halfOps[dtype == c10::kHalf ? 0 : 1];
+    const MPI_Op (&ops)[4] = mpiLibrary().halfOps[dtype == c10::kHalf ? 0 : 1];
     switch (op) {
       case Reduction::kSum:
       case Reduction::kAvg: return ops[0];
@@ -625,7 +625,7 @@ bool mpiInitialized() {
 }
 
 void finalizeMpi() {
-  Runtime& rt = runtime();
+  MpiLibrary& rt = mpiLibrary();
   std::lock_guard<std::mutex> lock(rt.mutex);
   if (!rt.ours || rt.finalized || forked()) {
     return;  // a forked child leaves MPI to its parent
@@ -757,8 +757,8 @@ MpiComm::~MpiComm() {
   if (comm_ == MPI_COMM_NULL || forked()) {
     return;
   }
-  std::shared_lock<std::shared_mutex> use(runtime().inUse);
-  if (!runtime().finalized && mpiInitialized()) {
+  std::shared_lock<std::shared_mutex> use(mpiLibrary().inUse);
+  if (!mpiLibrary().finalized && mpiInitialized()) {
     MPI_Comm_free(&comm_);
   }
 }
