@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import Built
+from helpers import Built, build
 from new_backend.catalogue import load_catalogue, release
+from new_backend.generate import generate_project
 
 pytestmark = [pytest.mark.build, pytest.mark.timeout(1800)]
 
@@ -235,3 +236,37 @@ def test_two_generated_backends_each_with_a_working_group_in_one_process(
     said = [rank.communicate(timeout=300)[0] for rank in ranks]
     assert [rank.returncode for rank in ranks] == [0, 0], said
     assert [s.strip().splitlines()[-1] for s in said] == ["ok 0", "ok 1"], said
+
+
+RENAMED = """
+import torch
+import torch.distributed as dist
+import renamed_collectives  # registers "renamed"
+
+dist.init_process_group("renamed", store=dist.HashStore(), rank=0, world_size=1)
+tensor = torch.ones(4)
+dist.all_reduce(tensor)
+assert tensor.tolist() == [0.0] * 4, tensor  # the dummy zeroes
+dist.destroy_process_group()
+print("ok")
+"""
+
+
+def test_a_project_published_under_another_name_builds_into_its_package(tmp_path: Path) -> None:
+    """The distribution's name in pyproject.toml is the user's to change (to publish it as
+    acme-renamed): the extension still goes into the package, and the backend works. (setup.py
+    once derived the package from that name, and built acme_renamed._C.)"""
+    (tmp_path / "render").mkdir()
+    project = generate_project("renamed", ops="allreduce", output_dir=tmp_path / "render").target
+    pyproject = project / "pyproject.toml"
+    text = pyproject.read_text()
+    assert 'name = "renamed-collectives"' in text
+    pyproject.write_text(text.replace('name = "renamed-collectives"', 'name = "acme-renamed"'))
+    built = build(project, tmp_path / "build")
+    assert list((built.site / "renamed_collectives").glob("_C*.so")), sorted(built.site.iterdir())
+    assert not (built.site / "acme_renamed").exists()
+    env = {**os.environ, "PYTHONPATH": str(built.site)}
+    done = subprocess.run(
+        [sys.executable, "-c", RENAMED], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stdout + done.stderr

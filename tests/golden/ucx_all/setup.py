@@ -33,8 +33,9 @@ from setuptools import setup
 from torch.utils import cpp_extension
 
 ROOT = Path(__file__).parent.resolve()
-#: The Python package, from the distribution pyproject.toml names (my-backend-collectives).
-PACKAGE = re.search(r'^name = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.MULTILINE)[1].replace("-", "_")
+#: The Python package the extension goes in: the first of pyproject.toml's [tool.setuptools]
+#: packages (the distribution's name may change: publishing under another name moves nothing).
+PACKAGE = re.search(r'^packages = \["([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.MULTILINE)[1]
 
 
 @dataclass(frozen=True)
